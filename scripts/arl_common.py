@@ -1,0 +1,413 @@
+"""Shared pieces of the agentic-rl scripts: exit codes, the --json envelope, Error/Hint
+printing, EVO_* path resolution, atomic writes, the task template and agent.json.
+
+Only the standard library (and tabulate, lazily) is imported here: the bundled agent imports
+this module in every rollout process, so it must stay cheap to import.
+
+    >>> from arl_common import envelope
+    >>> envelope(True, data={"selected": [0]})
+    {'ok': True, 'schema_version': 1, 'data': {'selected': [0]}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import string
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# The one exit-code table. Every script uses it and lists it in --help.
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_ENV = 3
+EXIT_CONFLICT = 4
+EXIT_CODES = {
+    EXIT_OK: "ok, go on",
+    EXIT_FAIL: "a check failed; the gate says stop",
+    EXIT_USAGE: "usage error",
+    EXIT_ENV: "environment missing (driver, package, path)",
+    EXIT_CONFLICT: "conflict (already running, locked)",
+}
+EXIT_CODES_EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+
+SCRIPTS_DIR = Path(__file__).resolve().parent
+BUNDLE_DIR = SCRIPTS_DIR.parent
+EXAMPLES_DOC = BUNDLE_DIR / "examples.md"
+
+# The files of a task folder. agent.json may be replaced by agent.jsonl (its first line).
+TASK_FILES = {
+    "train.jsonl": "JSON Lines, one object per line, each with the template's fields and `ground_truth`",
+    "test.jsonl": "JSON Lines like train.jsonl; used for validation during training",
+    "config.json": "a JSON object of VERL/Agent Lightning overrides, e.g. {\"data\": {\"train_batch_size\": 8}}",
+    "agent.json": "a JSON object with at least {\"model_name\": \"Qwen/Qwen2.5-0.5B-Instruct\"} (or agent.jsonl)",
+    "task.goal": "the prompt template, e.g. \"Solve: {question}\" ({field} placeholders, {{ }} for braces)",
+    "judge.py": "defines compute_reward(response, ground_truth, metadata) -> float",
+}
+
+
+class UserError(Exception):
+    """A problem the user can fix: printed as one Error line and one Hint line, never a traceback."""
+
+    def __init__(self, message: str, hint: str = "", code: int = EXIT_FAIL):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+# --------------------------------------------------------------------------- output
+
+
+def envelope(ok: bool, *, checks: Any = None, data: Any = None, error: UserError | dict | None = None) -> dict:
+    """The one --json shape: {"ok", "schema_version", "checks" | "data", "error"}."""
+    out: dict[str, Any] = {"ok": bool(ok), "schema_version": SCHEMA_VERSION}
+    if checks is not None:
+        out["checks"] = checks
+    if data is not None:
+        out["data"] = data
+    if error is not None:
+        if isinstance(error, UserError):
+            error = {"message": error.message, "hint": error.hint}
+        out["error"] = error
+    return out
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+
+
+def print_error(message: str, hint: str = "") -> None:
+    """Diagnostics go to stderr, as one Error line and (optionally) one Hint line."""
+    print(f"Error: {message}", file=sys.stderr)
+    if hint:
+        print(f"Hint: {hint}", file=sys.stderr)
+
+
+def print_warning(message: str) -> None:
+    print(f"Warning: {message}", file=sys.stderr)
+
+
+def render_table(rows: Sequence[dict], columns: Sequence[str] | None = None, headers: Sequence[str] | None = None) -> str:
+    """Render dict rows as a tabulate table (lazy import: the agent never needs it)."""
+    from tabulate import tabulate
+
+    if not rows:
+        return "(none)"
+    columns = list(columns or rows[0].keys())
+    body = [["" if row.get(col) is None else row.get(col) for col in columns] for row in rows]
+    return tabulate(body, headers=list(headers or columns), tablefmt="simple", disable_numparse=True)
+
+
+@dataclass
+class Check:
+    """One finding of a gate: status is ok, warn or fail; where is `file:line` or a config key."""
+
+    name: str
+    status: str
+    message: str
+    hint: str = ""
+    where: str = ""
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        if not out["details"]:
+            out.pop("details")
+        return out
+
+
+def checks_ok(checks: Iterable[Check]) -> bool:
+    return not any(c.status == "fail" for c in checks)
+
+
+def render_checks(checks: Sequence[Check]) -> str:
+    marks = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+    rows = [
+        {"status": marks.get(c.status, c.status), "check": c.name, "where": c.where, "message": c.message}
+        for c in checks
+    ]
+    return render_table(rows, ["status", "check", "where", "message"])
+
+
+def emit_checks(checks: Sequence[Check], as_json: bool, data: dict | None = None) -> int:
+    """Print checks as a table (hints of failures on stderr) or as the --json envelope; return the exit code."""
+    ok = checks_ok(checks)
+    if as_json:
+        print_json(envelope(ok, checks=[c.to_dict() for c in checks], data=data))
+    else:
+        print(render_checks(checks))
+        for c in checks:
+            if c.status == "fail":
+                print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+# --------------------------------------------------------------------------- CLI plumbing
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the exit-code table in --help and usage errors as Error/Hint, exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        epilog = kwargs.pop("epilog", None)
+        kwargs["epilog"] = f"{epilog}\n\n{EXIT_CODES_EPILOG}" if epilog else EXIT_CODES_EPILOG
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print_error(message, f"run `{self.prog} --help` for usage")
+        sys.exit(EXIT_USAGE)
+
+
+def add_common_flags(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print one JSON envelope on stdout")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+
+
+def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    as_json = bool(getattr(args, "json", False))
+    try:
+        return body(args)
+    except UserError as exc:
+        if as_json:
+            print_json(envelope(False, error=exc))
+        print_error(exc.message, exc.hint)
+        return exc.code
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        return 130
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        if as_json:
+            print_json(envelope(False, error={"message": f"internal error: {exc!r}", "hint": "rerun with --debug"}))
+        print_error(f"internal error: {exc!r}", "rerun with --debug for the traceback, and report it")
+        return EXIT_FAIL
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def resolve_input_dir(arg: str | os.PathLike | None, must_exist: bool = True) -> Path:
+    value = arg or os.environ.get("EVO_INPUT_DIR")
+    if not value:
+        raise UserError(
+            "no input folder given",
+            "pass INPUT_DIR (or --input-dir) or set EVO_INPUT_DIR to the task folder",
+            EXIT_USAGE,
+        )
+    path = Path(value).expanduser().resolve()
+    if must_exist and not path.is_dir():
+        raise UserError(f"input folder {path} does not exist", "check the path or EVO_INPUT_DIR", EXIT_ENV)
+    return path
+
+
+def resolve_output_dir(arg: str | os.PathLike | None, input_dir: str | os.PathLike | None = None) -> Path:
+    """--output-dir, else $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs."""
+    value = arg or os.environ.get("EVO_OUTPUT_DIR")
+    if value:
+        return Path(value).expanduser().resolve()
+    base = input_dir or os.environ.get("EVO_INPUT_DIR")
+    if not base:
+        raise UserError(
+            "no output folder given",
+            "pass --output-dir or set EVO_OUTPUT_DIR (or EVO_INPUT_DIR, whose ../outputs is the default)",
+            EXIT_USAGE,
+        )
+    return (Path(base).expanduser().resolve().parent / "outputs").resolve()
+
+
+DEFAULT_MODELS_DIRS = ("~/models",)
+
+
+def models_dirs(cli_dirs: Sequence[str] | None = None) -> list[Path]:
+    """Model search roots: --models-dir flags, else $EVO_MODELS_DIR (colon-separated), else ~/models."""
+    if cli_dirs:
+        raw = [d for item in cli_dirs for d in item.split(os.pathsep) if d]
+    elif os.environ.get("EVO_MODELS_DIR"):
+        raw = [d for d in os.environ["EVO_MODELS_DIR"].split(os.pathsep) if d]
+    else:
+        raw = list(DEFAULT_MODELS_DIRS)
+    return [Path(d).expanduser() for d in raw]
+
+
+# --------------------------------------------------------------------------- files
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write via a temp file in the same folder, fsync, then os.replace: readers never see half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def read_json_file(path: str | os.PathLike) -> Any:
+    """Read JSON, turning every failure into a UserError that names the file, line and column."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path} not found", f"create it; see {EXAMPLES_DOC.name}", EXIT_FAIL) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not valid UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise UserError(f"{path}:1: starts with a UTF-8 byte-order mark", "save the file as UTF-8 without BOM")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}", "fix the JSON syntax there") from None
+
+
+# --------------------------------------------------------------------------- task template
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def template_fields(template: str) -> list[str]:
+    """The placeholder names of task.goal, in order, without duplicates.
+
+    Only plain `{name}` placeholders (a Python identifier) are allowed; `{{`/`}}` are literal
+    braces. Attribute access, indexing, conversions and format specs are rejected, so the
+    template cannot reach into objects.
+    """
+    names: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise TemplateError(f"cannot parse template: {exc} (write {{{{ and }}}} for literal braces)") from None
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name == "":
+            raise TemplateError(f"empty placeholder {shown}: name the field, e.g. {{question}}")
+        if not name.isidentifier():
+            raise TemplateError(
+                f"placeholder {shown} is not a plain field name: attribute access and indexing are not allowed"
+            )
+        if conversion or spec:
+            raise TemplateError(f"placeholder {shown} has a conversion or format spec: only {{{name}}} is allowed")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def render_template(template: str, row: dict) -> str:
+    """Fill task.goal from a row. Non-string values are JSON-encoded so they render the same everywhere."""
+    values = {}
+    for name in template_fields(template):
+        if name not in row:
+            raise TemplateError(f"row has no field {name!r} that the template needs")
+        value = row[name]
+        values[name] = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return template.format_map(values)
+
+
+def response_text(ground_truth: Any) -> str:
+    """The text form of a ground truth, as an oracle would answer it."""
+    return ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- agent.json
+
+
+def agent_config_path(input_dir: Path) -> Path | None:
+    for name in ("agent.json", "agent.jsonl"):
+        if (input_dir / name).is_file():
+            return input_dir / name
+    return None
+
+
+def load_agent_config(input_dir: Path) -> dict:
+    """agent.json (an object) or the first non-blank line of agent.jsonl; model_name is required."""
+    path = agent_config_path(input_dir)
+    if path is None:
+        raise UserError(f"{input_dir}: neither agent.json nor agent.jsonl exists", TASK_FILES["agent.json"])
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise UserError(f"{path}:{lineno}: invalid JSON: {exc.msg}", "fix the JSON on that line") from None
+                    break
+            else:
+                raise UserError(f"{path}: empty file", TASK_FILES["agent.json"])
+    else:
+        obj = read_json_file(path)
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: must be a JSON object, got {type(obj).__name__}", TASK_FILES["agent.json"])
+    if not isinstance(obj.get("model_name"), str) or not obj["model_name"].strip():
+        raise UserError(f"{path}: field model_name is missing or empty", "add \"model_name\": \"<model dir or name>\"")
+    return obj
+
+
+# --------------------------------------------------------------------------- run files
+# The files of one run inside EVO_OUTPUT_DIR. start_training.sh, main.py, check_status.py and
+# stop_training.py all go through these names and helpers.
+
+STATUS_FILE = "training.status"
+PID_FILE = "training.pid"
+LOG_FILE = "training.log"
+LOCK_FILE = "training.lock"
+CHECKPOINTS_DIR = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+RUN_ID_ENV = "EVO_RUN_ID"
+TERMINAL_STATES = ("completed", "failed", "stopped")
+
+
+def read_status(output_dir: str | os.PathLike) -> dict | None:
+    """training.status as a dict, or None when there is none (or it is unreadable)."""
+    path = Path(output_dir) / STATUS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def update_status(output_dir: str | os.PathLike, **fields: Any) -> dict:
+    """Merge fields into training.status atomically and return the new content."""
+    status = read_status(output_dir) or {}
+    status.update(fields)
+    atomic_write_json(Path(output_dir) / STATUS_FILE, status)
+    return status
+
+
+def now_iso() -> str:
+    from datetime import datetime
+
+    return datetime.now().astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,138 @@
+"""The one place that inspects and signals processes (through psutil).
+
+A process belongs to a run only when three things agree: its pid, its start time, and
+EVO_RUN_ID=<run_id> in its environment. Nothing here signals a process that fails that proof,
+and nothing matches processes by name.
+
+    >>> import os
+    >>> from proc_shim import process_start_time
+    >>> process_start_time(os.getpid()) > 0
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable
+
+import psutil
+
+RUN_ID_ENV = "EVO_RUN_ID"
+# psutil's create_time() is derived from boot time and clock ticks; allow for its rounding.
+START_TIME_TOLERANCE_S = 0.05
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def process_run_id(proc: psutil.Process) -> str | None:
+    """EVO_RUN_ID from the process environment, or None when unreadable or absent."""
+    try:
+        return proc.environ().get(RUN_ID_ENV)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def identify(pid: int | None, start_time: float | None, run_id: str | None) -> tuple[bool, str]:
+    """Prove that pid is the run's process. Returns (proved, reason)."""
+    if not pid:
+        return False, "no pid recorded"
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False, f"pid {pid} has exited (zombie)"
+        created = proc.create_time()
+    except psutil.NoSuchProcess:
+        return False, f"pid {pid} is not running"
+    except psutil.AccessDenied:
+        return False, f"pid {pid} cannot be inspected (access denied)"
+    if start_time is None or abs(created - float(start_time)) > START_TIME_TOLERANCE_S:
+        return False, f"pid {pid} was started at {created:.2f}, not at the run's {start_time}: the pid was reused"
+    if not run_id or process_run_id(proc) != run_id:
+        return False, f"pid {pid} does not carry {RUN_ID_ENV}={run_id} in its environment"
+    return True, "ok"
+
+
+def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
+    """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included)."""
+    if not run_id:
+        return []
+    skip = set(exclude_pids)
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in skip:
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if process_run_id(proc) == run_id:
+            found.append(proc)
+    return found
+
+
+def _depth(proc: psutil.Process) -> int:
+    depth = 0
+    try:
+        parent = proc.parent()
+        while parent is not None and depth < 64:
+            depth += 1
+            parent = parent.parent()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return depth
+
+
+def signal_processes(procs: Iterable[psutil.Process], sig: int) -> list[psutil.Process]:
+    """Send sig to each process, deepest first (children before parents). Returns those signalled."""
+    sent = []
+    for proc in sorted(procs, key=_depth, reverse=True):
+        try:
+            proc.send_signal(sig)
+            sent.append(proc)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+        except psutil.AccessDenied:
+            pass
+    return sent
+
+
+def kill_run(run_id: str, timeout: float = 5.0, exclude_pids: Iterable[int] = (), term_first: bool = True) -> list[int]:
+    """Stop every process carrying run_id: SIGTERM (optionally), wait, then SIGKILL bottom-up.
+
+    Returns the pids still alive afterwards (empty when the run is fully gone).
+    """
+    exclude = set(exclude_pids) | {os.getpid()}
+    procs = find_run_processes(run_id, exclude)
+    if term_first and procs:
+        signal_processes(procs, signal.SIGTERM)
+        _gone, procs = psutil.wait_procs(procs, timeout=timeout)
+    if procs:
+        signal_processes(procs, signal.SIGKILL)
+        _gone, procs = psutil.wait_procs(procs, timeout=max(timeout, 2.0))
+    # Processes spawned while we were killing (a controller starting one last agent) are caught here.
+    late = find_run_processes(run_id, exclude)
+    if late:
+        signal_processes(late, signal.SIGKILL)
+        psutil.wait_procs(late, timeout=2.0)
+    return [p.pid for p in find_run_processes(run_id, exclude)]
+
+
+def run_resources(run_id: str) -> dict:
+    """CPU %, RSS and process count of all processes carrying run_id."""
+    procs = find_run_processes(run_id)
+    cpu = rss = 0.0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                cpu += proc.cpu_percent(interval=None)
+                rss += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return {"processes": len(procs), "pids": [p.pid for p in procs], "cpu_percent": round(cpu, 1), "rss_bytes": int(rss)}

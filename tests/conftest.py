@@ -1,0 +1,49 @@
+"""Shared fixtures: every test gets its own EVO_* folders, and helpers to run the real scripts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+EXAMPLE = ROOT / "assets" / "example"
+sys.path.insert(0, str(SCRIPTS))
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    """Point every state path at tmp_path so no test touches real state."""
+    monkeypatch.setenv("EVO_INPUT_DIR", str(tmp_path / "no-input"))
+    monkeypatch.setenv("EVO_OUTPUT_DIR", str(tmp_path / "outputs"))
+    monkeypatch.setenv("EVO_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("EVO_RUN_ID", raising=False)
+    yield
+
+
+@pytest.fixture
+def example_task(tmp_path) -> Path:
+    """A private copy of assets/example, safe to modify."""
+    dest = tmp_path / "task"
+    shutil.copytree(EXAMPLE, dest)
+    return dest
+
+
+def run_script(name: str, *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+               timeout: float = 120, input_text: str | None = None) -> subprocess.CompletedProcess:
+    """Run scripts/<name> as a user would: a real subprocess, stdin closed unless input_text is given."""
+    path = SCRIPTS / name
+    cmd = ["bash", str(path)] if name.endswith(".sh") else [sys.executable, str(path)]
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*cmd, *args], cwd=cwd, env=full_env, text=True, capture_output=True, timeout=timeout,
+        input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
+    )

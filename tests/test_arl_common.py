@@ -1,0 +1,71 @@
+import json
+import os
+
+import pytest
+from arl_common import (
+    EXIT_USAGE,
+    ArgumentParser,
+    TemplateError,
+    UserError,
+    atomic_write_json,
+    envelope,
+    models_dirs,
+    render_template,
+    resolve_output_dir,
+    run_cli,
+    template_fields,
+    update_status,
+)
+
+
+def test_envelope_shape():
+    env = envelope(False, checks=[], error=UserError("bad", "fix it"))
+    assert env == {"ok": False, "schema_version": 1, "checks": [], "error": {"message": "bad", "hint": "fix it"}}
+
+
+@pytest.mark.parametrize("template,fields", [
+    ("Solve {question} now", ["question"]),
+    ("{a}{b}{a} {{literal}}", ["a", "b"]),
+    ("no fields {{x}}", []),
+])
+def test_template_fields(template, fields):
+    assert template_fields(template) == fields
+
+
+@pytest.mark.parametrize("template", ["{row.__class__}", "{row[0]}", "{x!r}", "{x:>10}", "{}", "{0}", "unclosed {x", "stray }"])
+def test_template_rejects_code_paths(template):
+    with pytest.raises(TemplateError):
+        template_fields(template)
+
+
+def test_render_template_json_encodes_non_strings():
+    assert render_template("{a} {b} {{c}}", {"a": "x", "b": [1, 2]}) == 'x [1, 2] {c}'
+
+
+def test_atomic_write_keeps_other_fields(tmp_path):
+    atomic_write_json(tmp_path / "training.status", {"status": "starting", "pid": 1})
+    update_status(tmp_path, status="running")
+    assert json.loads((tmp_path / "training.status").read_text()) == {"status": "running", "pid": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["training.status"]
+
+
+def test_output_dir_defaults_to_sibling_outputs(tmp_path, monkeypatch):
+    monkeypatch.delenv("EVO_OUTPUT_DIR")
+    assert resolve_output_dir(None, tmp_path / "task") == tmp_path / "outputs"
+
+
+def test_models_dirs_colon_separated(monkeypatch):
+    monkeypatch.setenv("EVO_MODELS_DIR", "/a:/b")
+    assert [str(p) for p in models_dirs()] == ["/a", "/b"]
+    assert [str(p) for p in models_dirs(["/c"])] == ["/c"]
+    monkeypatch.delenv("EVO_MODELS_DIR")
+    assert models_dirs() == [models_dirs(["~/models"])[0]]
+    assert str(models_dirs()[0]).startswith(os.path.expanduser("~"))
+
+
+def test_run_cli_usage_error_exit_2(capsys):
+    parser = ArgumentParser(prog="x")
+    parser.add_argument("--n", type=int)
+    assert run_cli(lambda a: 0, parser, ["--n", "abc"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "Hint: " in err

@@ -411,3 +411,37 @@ def now_iso() -> str:
     from datetime import datetime
 
     return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- judge.py
+
+
+def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
+    """Import the task's judge.py by path (under a private module name) and return compute_reward."""
+    import importlib.util
+
+    path = Path(input_dir) / "judge.py"
+    spec = importlib.util.spec_from_file_location("arl_task_judge", path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path}: cannot be imported", TASK_FILES["judge.py"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, "compute_reward", None)
+    if not callable(fn):
+        raise UserError(f"{path}: no function compute_reward", "define compute_reward(response, ground_truth, metadata) -> float")
+    return fn
+
+
+def coerce_reward(value: Any) -> float:
+    """A judge result as a float: bool and int are accepted; anything else non-numeric or non-finite raises."""
+    import math
+    import numbers
+
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"compute_reward returned {type(value).__name__} {value!r}, not a number")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"compute_reward returned {result}, not a finite number")
+    return result

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make demo: the whole workflow on assets/example, as far as this machine allows.
+# Works on a copy (build/demo/task), never on assets/example itself. Without a GPU (check_gpu
+# exits 3) or without verl, step 7 is the CPU rehearsal of the launch path.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+py="${PYTHON:-$root/.venv/bin/python}"
+demo="$root/build/demo"
+task="$demo/task"
+out="$demo/outputs"
+models="$demo/models"
+
+step() { printf '\n== %s\n' "$*"; }
+
+rm -rf "$demo"
+mkdir -p "$demo"
+cp -r "$root/assets/example" "$task"
+export EVO_INPUT_DIR="$task" EVO_OUTPUT_DIR="$out" EVO_MODELS_DIR="$models"
+
+step "1-2. validate_data.py"
+"$py" "$root/scripts/validate_data.py" "$task"
+
+step "3. check_gpu.py --required 1"
+mode=(--rehearse)
+gpu_rc=0
+"$py" "$root/scripts/check_gpu.py" --required 1 --config "$task/config.json" || gpu_rc=$?
+if [ "$gpu_rc" -eq 0 ] && "$py" -c 'import verl' >/dev/null 2>&1; then
+  gpus="$("$py" "$root/scripts/check_gpu.py" --required 1 --json | "$py" -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["data"]["selected"])))')"
+  mode=(--gpus "$gpus")
+else
+  echo "(no usable GPU or no verl here: step 7 runs the CPU rehearsal)"
+fi
+
+step "4. check_model.py (a tiny local model built for the demo)"
+"$py" "$root/tools/make_tiny_model.py" "$models/tiny-qwen2" >/dev/null
+"$py" "$root/scripts/check_model.py" --list
+"$py" "$root/scripts/check_model.py" --model tiny-qwen2 --set-agent "$task"
+
+step "5-6. key config, output folder $out"
+"$py" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(json.dumps({k: c.get(k) for k in ("algorithm","data","trainer")}, indent=1))' "$task/config.json"
+
+step "7. start_training.sh ${mode[*]}"
+bash "$root/scripts/start_training.sh" --input-dir "$task" --output-dir "$out" "${mode[@]}"
+
+step "8. check_status.py --watch (until the run ends)"
+"$py" "$root/scripts/check_status.py" --output-dir "$out" --watch 2 || true
+rc=0
+"$py" "$root/scripts/check_status.py" --output-dir "$out" || rc=$?
+if [ -f "$out/rehearsal.json" ]; then
+  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("rehearsal: mean reward", r.get("mean_reward"), "failed", r.get("failed"))' "$out/rehearsal.json"
+fi
+exit "$rc"

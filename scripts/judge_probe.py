@@ -1,0 +1,272 @@
+"""Call a task's judge.py in a child process, for validate_data.py. Not a command-line tool.
+
+The judge is user code: it may hang, crash the interpreter or print to stdout. So
+validate_data.py never imports it; `probe()` starts a child in its own session,
+
+    python -B -X faulthandler -c "...; judge_probe.child_main()" INPUT_DIR ROWS.json
+
+whose cwd is a temp folder (a judge that writes files cannot touch the task folder; -B keeps
+__pycache__ out of it). The child imports judge.py, checks the signature of compute_reward, and
+calls it twice per sample row (the row's ground truth as text, then an empty response). It
+reports one JSON line per step on a private copy of stdout; the judge's own prints go to stderr.
+The parent allows `timeout` seconds per step and kills the child's process group on a hang.
+
+    >>> r = probe(Path("assets/example"), [("train.jsonl:1", {"ground_truth": "-74"})], timeout=10)
+    >>> r["outcome"], r["oracle_mean"], r["empty_mean"]
+    ('done', 1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import arl_common
+from arl_common import Check
+
+HINT = "compute_reward(response: str, ground_truth, metadata: dict) -> float; see examples.md"
+KINDS = ("oracle", "empty")
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _judge_line(tb, judge_path: str) -> str:
+    """judge.py:N of the innermost traceback frame inside judge.py, else judge.py."""
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == judge_path]
+    return f"judge.py:{lines[-1]}" if lines else "judge.py"
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def child_main() -> int:
+    """The child: argv is INPUT_DIR ROWS.json. Writes JSON lines: error | loaded, call..., done."""
+    import copy
+    import inspect
+
+    out = os.fdopen(os.dup(1), "w", buffering=1)  # os.dup: not inherited by the judge's own children
+    os.dup2(2, 1)  # whatever the judge prints lands on stderr, not in our protocol
+
+    def emit(**obj) -> None:
+        out.write(json.dumps(obj, default=repr) + "\n")
+        out.flush()
+
+    input_dir, rows_file = sys.argv[1], sys.argv[2]
+    with open(rows_file, encoding="utf-8") as fh:
+        rows = json.load(fh)
+    judge_path = os.path.abspath(os.path.join(input_dir, "judge.py"))
+    sys.path.insert(0, input_dir)  # judge.py may import helpers that sit next to it
+    try:
+        fn = arl_common.load_judge(input_dir)
+    except arl_common.UserError as exc:
+        emit(event="error", phase="import", message=exc.message.replace(judge_path, "judge.py"),
+             hint=exc.hint, where="judge.py")
+        return 0
+    except SyntaxError as exc:
+        emit(event="error", phase="import", message=f"SyntaxError: {exc.msg}", where=f"judge.py:{exc.lineno}",
+             hint="fix the syntax there")
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is a finding, SystemExit too
+        emit(event="error", phase="import", message=f"importing judge.py raised {_describe(exc)}",
+             where=_judge_line(exc.__traceback__, judge_path), hint="run `python judge.py` to see the traceback")
+        return 0
+    try:
+        signature = str(inspect.signature(fn))
+        inspect.signature(fn).bind("", None, {})
+    except TypeError:
+        emit(event="error", phase="signature", where="judge.py",
+             message=f"compute_reward{signature} cannot be called as compute_reward(response, ground_truth, "
+                     "metadata)", hint=HINT)
+        return 0
+    except ValueError:  # a builtin without a signature: find out when it is called
+        signature = "(...)"
+    emit(event="loaded", signature=signature)
+    for row in rows:
+        for kind in KINDS:
+            response = arl_common.response_text(row["ground_truth"]) if kind == "oracle" else ""
+            args = (response, copy.deepcopy(row["ground_truth"]), copy.deepcopy(row["metadata"]))
+            started = time.perf_counter()
+            try:
+                value = fn(*args)
+            except BaseException as exc:  # noqa: BLE001
+                emit(event="call", kind=kind, seconds=time.perf_counter() - started, error=_describe(exc),
+                     where=_judge_line(exc.__traceback__, judge_path))
+                continue
+            seconds = time.perf_counter() - started
+            try:
+                emit(event="call", kind=kind, seconds=seconds, reward=arl_common.coerce_reward(value))
+            except ValueError as exc:
+                emit(event="call", kind=kind, seconds=seconds, error=str(exc), where="judge.py")
+    emit(event="done")
+    return 0
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+def _read_events(proc: subprocess.Popen, timeout: float) -> tuple[list[dict], str]:
+    """Read the child's JSON lines, allowing `timeout` seconds per line. Outcome: done|error|timeout|exited."""
+    events: list[dict] = []
+    buf = b""
+    fd = proc.stdout.fileno()  # type: ignore[union-attr]
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return events, "timeout"
+            if not sel.select(remaining):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return events, "exited"
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    return events, "exited"
+                events.append(event)
+                deadline = time.monotonic() + timeout
+                if event.get("event") in ("done", "error"):
+                    return events, event["event"]
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """Wait for the child; past `grace`, kill its process group (its pid: it leads its own session)."""
+    try:
+        proc.wait(timeout=grace)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child is unreaped, so its pid cannot have been reused
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
+
+
+def _tail(fh, limit: int = 2000) -> str:
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    fh.seek(max(0, size - limit))
+    return fh.read().decode("utf-8", "replace").strip()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0) -> dict:
+    """Import and call the judge in a child. samples: (where, row) pairs with ground_truth.
+
+    Returns {"outcome": done|error|timeout|exited, "signature", "error" (error outcome), "pending"
+    (the step that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
+    "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail"}.
+    """
+    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {})} for w, r in samples]
+    code = (f"import sys; sys.path.insert(0, {str(arl_common.SCRIPTS_DIR)!r}); import judge_probe; "
+            "sys.exit(judge_probe.child_main())")
+    with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp, tempfile.TemporaryFile() as err:
+        rows_file = Path(tmp) / "rows.json"
+        rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-B", "-X", "faulthandler", "-c", code, str(input_dir), str(rows_file)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=tmp,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True,
+        )
+        outcome = "exited"
+        try:
+            events, outcome = _read_events(proc, timeout)
+        finally:
+            # A child that answered gets time to exit; one that hung (or an interrupt here) is killed now.
+            _stop(proc, grace={"done": timeout, "error": timeout, "exited": 5.0}.get(outcome, 0.0))
+            proc.stdout.close()  # type: ignore[union-attr]
+        stderr_tail = _tail(err)
+    calls = [e for e in events if e.get("event") == "call"]
+    result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": proc.returncode,
+                    "signature": next((e["signature"] for e in events if e.get("event") == "loaded"), None),
+                    "stderr_tail": stderr_tail}
+    if outcome == "error":
+        result["error"] = {k: events[-1].get(k) for k in ("phase", "message", "hint", "where")}
+    if outcome in ("timeout", "exited") and len(calls) < 2 * len(rows):
+        if result["signature"] is None:
+            result["pending"] = "importing judge.py"
+        else:
+            row = rows[len(calls) // 2]
+            result["pending"] = f"compute_reward on {row['where']} ({KINDS[len(calls) % 2]} response)"
+    failed = [(rows[i // 2]["where"], c) for i, c in enumerate(calls) if "error" in c]
+    result["errors"] = len(failed)
+    if failed:
+        where, c = failed[0]
+        result["first_error"] = {"row": where, "kind": c["kind"], "message": c["error"], "where": c["where"]}
+    good = [c for c in calls if "reward" in c]
+    if good:
+        seconds = [c["seconds"] for c in good]
+        result["p50_ms"] = round(_percentile(seconds, 0.50) * 1000, 3)
+        result["p95_ms"] = round(_percentile(seconds, 0.95) * 1000, 3)
+        for kind in KINDS:
+            rewards = [c["reward"] for c in good if c["kind"] == kind]
+            result[f"{kind}_mean"] = round(sum(rewards) / len(rewards), 4) if rewards else None
+    return result
+
+
+def judge_checks(result: dict, debug: bool = False) -> list[Check]:
+    """Turn probe() into the judge.py rows of the summary table."""
+    name = "judge.py"
+    tail = f" (stderr: {result['stderr_tail'][-500:]})" if debug and result.get("stderr_tail") else ""
+    if result["outcome"] == "error":
+        err = result["error"]
+        return [Check(name, "fail", err["message"] + tail, err.get("hint") or HINT, err.get("where") or name)]
+    checks: list[Check] = []
+    if result["outcome"] == "timeout":
+        checks.append(Check(name, "fail", f"no answer within the timeout while {result.get('pending', 'finishing')};"
+                            " the judge process was killed" + tail,
+                            "make compute_reward fast (no network waits, load models once at import), "
+                            "or raise --judge-timeout", name))
+    elif result["outcome"] == "exited":
+        code = result["exit_code"]
+        how = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
+        last = result["stderr_tail"].splitlines()[-1] if result["stderr_tail"] else ""
+        checks.append(Check(name, "fail", f"the judge process {how} while {result.get('pending', 'finishing')}"
+                            + (f": {last}" if last and not debug else "") + tail,
+                            "run compute_reward by hand on that row; os._exit, sys.exit and crashes in C "
+                            "extensions end the process", name))
+    if result["errors"]:
+        first = result["first_error"]
+        checks.append(Check(name, "fail", f"compute_reward failed on {result['errors']} of {result['calls']} calls; "
+                            f"first on {first['row']} ({first['kind']} response): {first['message']}",
+                            "it must return a finite number (float, int or bool) for every response, "
+                            "including an empty one", first["where"]))
+    if result["outcome"] == "done" and not checks:
+        if not result["calls"]:
+            checks.append(Check(name, "ok", f"compute_reward{result['signature']} imports; no rows were called",
+                                where=name))
+        else:
+            checks.append(Check(name, "ok", f"{result['calls']} calls on {result['rows']} rows: p50 "
+                                f"{result['p50_ms']:g} ms, p95 {result['p95_ms']:g} ms per call", where=name))
+            oracle, empty = result["oracle_mean"], result["empty_mean"]
+            message = f"mean reward {oracle:.3f} for the oracle (ground truth as the response), {empty:.3f} for ''"
+            if oracle > empty:
+                checks.append(Check(name, "ok", message, where=name))
+            else:
+                checks.append(Check(name, "warn", message + ": the oracle does not score higher",
+                                    "the judge probably cannot read its own ground truth; check how it parses "
+                                    "the response", name))
+    return checks

@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""Gates 1-2: check a task folder (data, template, judge, agent.json, config.json) before any GPU starts.
+
+Usage: validate_data.py [INPUT_DIR] [--json] [--sample N] [--judge-timeout S] [--gpus N] [--debug]
+
+INPUT_DIR defaults to $EVO_INPUT_DIR. Nothing in the folder is modified. Example:
+
+    $ python scripts/validate_data.py assets/example
+    status    check        where        message
+    --------  -----------  -----------  ---------------------------------------------------------
+    ok        files        assets/...   all 6 task files present
+    ok        agent.json   agent.json   model_name Qwen/Qwen2.5-0.5B-Instruct
+    ok        task.goal    task.goal    fields: question; first prompt: Compute the value of ...
+    ok        train.jsonl  train.jsonl  256 rows, no defects
+    ok        test.jsonl   test.jsonl   32 rows, no defects
+    ok        judge.py     judge.py     32 calls on 16 rows: p50 0.01 ms, p95 0.02 ms per call
+    ok        judge.py     judge.py     mean reward 1.000 for the oracle, 0.000 for an empty response
+    ok        config.json  ...          ...
+
+The task-folder contract is in examples.md. Blank lines (only whitespace) in the JSONL files are
+skipped; line numbers count them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import arl_common
+from arl_common import TASK_FILES, Check, UserError
+
+MAX_SHOWN = 20  # defects listed per file; the total is always counted
+PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
+BOM = b"\xef\xbb\xbf"
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class")
+AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_MISSING = object()
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON (write a number or a string)")
+
+
+# One decoder, built once: json.loads with keyword arguments would build a new one per line.
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Stream a JSON Lines file in constant memory: yield (lineno, row, defect), one of them None.
+
+    Blank lines (only whitespace) are skipped; line numbers still count them. A UTF-8 BOM,
+    invalid UTF-8, invalid JSON (NaN and Infinity included) and a non-object give a defect.
+
+        >>> list(iter_jsonl("rows.jsonl"))     # '{"a": 1}\\n\\n[1]\\n'
+        [(1, {'a': 1}, None), (3, None, 'a JSON array, not an object')]
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            # The fast path is one decode and one parse; every defect is sorted out only when they fail.
+            try:
+                row = _decode(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield lineno, None, f"not valid UTF-8 (byte {exc.start + 1} of the line)"
+                continue
+            except (ValueError, RecursionError) as exc:
+                if not raw.strip():
+                    continue
+                if raw.startswith(BOM):
+                    yield lineno, None, "starts with a UTF-8 byte-order mark (BOM)"
+                elif isinstance(exc, json.JSONDecodeError):
+                    yield lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}"
+                else:
+                    yield lineno, None, f"invalid JSON: {str(exc) or type(exc).__name__}"
+                continue
+            if type(row) is dict:
+                yield lineno, row, None
+            else:
+                kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+                yield lineno, None, f"a JSON {kind}, not an object"
+
+
+class _IdIndex:
+    """The ids seen so far, as 64-bit hashes in 256 arrays: 8 bytes a row and no object per row.
+
+    Hashes only find candidates; a second pass over the file confirms them with the real ids,
+    so a hash collision can never report a false duplicate.
+    """
+
+    def __init__(self) -> None:
+        self.buckets = [array("q") for _ in range(256)]
+
+    def add(self, key: str) -> None:
+        h = hash(key)
+        self.buckets[h & 255].append(h)
+
+    def candidates(self) -> set[int]:
+        out: set[int] = set()
+        for bucket in self.buckets:
+            if len(set(bucket)) != len(bucket):  # only a bucket with a repeat is walked in Python
+                seen: set[int] = set()
+                for h in bucket:
+                    (out.add if h in seen else seen.add)(h)
+        return out
+
+
+def _id_key(value: object) -> str | None:
+    """Ids compare as text: 7 and "7" are the same id. None when the value cannot be an id."""
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+def _defect(name: str, lineno: int, message: str, hint: str, field: str | None = None) -> Check:
+    details = {"file": name, "line": lineno, **({"field": field} if field else {})}
+    return Check(name, "fail", message, hint, f"{name}:{lineno}", details)
+
+
+def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
+    """Check every row of one JSONL file. fields: the template's fields (None if the template is broken).
+
+    Returns {"rows", "defects" (total), "shown" (the first MAX_SHOWN as Checks, by line), "sample"
+    (up to `sample` valid rows as (lineno, row))}. Only the id index grows with the file.
+    """
+    name = path.name
+    need = frozenset(["ground_truth", *(fields or [])])
+    shown: list[Check] = []
+    total = rows = 0
+    ids = _IdIndex()
+    samples: list[tuple[int, dict]] = []
+
+    def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
+        nonlocal total
+        total += 1
+        if len(shown) < MAX_SHOWN:
+            shown.append(_defect(name, lineno, message, hint, field))
+
+    for lineno, row, problem in iter_jsonl(path):
+        if row is None:
+            add(lineno, problem or "", "write one JSON object per line, saved as UTF-8 without BOM")
+            continue
+        rows += 1
+        ok = row.keys() >= need
+        if not ok:
+            for field in sorted(need - row.keys()):
+                if field == "ground_truth":
+                    add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge scores "
+                        "the response against it", field)
+                else:
+                    add(lineno, f"field {field} is missing (task.goal uses {{{field}}})",
+                        f"add {field} to the row, or change task.goal", field)
+        metadata = row.get("metadata", _MISSING)
+        if metadata is not _MISSING and type(metadata) is not dict:
+            ok = False
+            add(lineno, f"field metadata must be an object, got {type(metadata).__name__}",
+                "write metadata as a JSON object, e.g. {\"difficulty\": 2}, or leave it out", "metadata")
+        rid = row.get("id", _MISSING)
+        if rid is not _MISSING:
+            key = _id_key(rid)
+            if key is None:
+                ok = False
+                add(lineno, f"field id must be a string or an integer, got {type(rid).__name__}",
+                    "use a unique string or integer id, or leave id out", "id")
+            else:
+                ids.add(key)
+        if ok and len(samples) < sample:
+            samples.append((lineno, row))
+
+    candidates = ids.candidates()
+    if candidates:
+        dups = list(_duplicates(path, candidates))
+        total += len(dups)
+        merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
+        shown = merged[:MAX_SHOWN]
+    return {"rows": rows, "defects": total, "shown": shown, "sample": samples}
+
+
+def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
+    """Second pass, only when the hashes repeat: confirm each duplicate with the real id."""
+    first: dict[str, int] = {}
+    for lineno, row, _ in iter_jsonl(path):
+        key = _id_key(row.get("id")) if row is not None else None
+        if key is None or hash(key) not in candidates:
+            continue
+        if key in first:
+            yield _defect(path.name, lineno, f"duplicate id {key!r} (first at line {first[key]})",
+                          "give every row its own id, or leave id out", "id")
+        else:
+            first[key] = lineno
+
+
+def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int | None,
+                sample: int) -> tuple[list[Check], dict]:
+    """train.jsonl and test.jsonl: per-file defects, a summary line, and the train rows vs. batch size."""
+    checks: list[Check] = []
+    info: dict = {}
+    for name in ("train.jsonl", "test.jsonl"):
+        path = input_dir / name
+        if not path.is_file():
+            continue
+        scan = scan_jsonl(path, fields, sample if name == "train.jsonl" else 0)
+        info[name] = scan
+        checks.extend(scan["shown"])
+        rows, total = scan["rows"], scan["defects"]
+        if rows == 0 and total == 0:
+            checks.append(Check(name, "fail", "no rows (the file is empty or blank)",
+                                f"add rows: {TASK_FILES[name]}", name, {"file": name, "line": 0}))
+        elif total:
+            more = f"; the first {MAX_SHOWN} are listed" if total > MAX_SHOWN else ""
+            checks.append(Check(name, "fail", f"{rows} rows, {total} defects{more}",
+                                "fix the lines listed above", name, {"file": name, "defects": total}))
+        else:
+            checks.append(Check(name, "ok", f"{rows} rows, no defects", where=name, details={"rows": rows}))
+        if name == "train.jsonl" and train_batch_size and 0 < rows < train_batch_size:
+            checks.append(Check(
+                name, "fail",
+                f"{rows} rows, fewer than data.train_batch_size={train_batch_size}: VERL drops the last partial "
+                "batch (drop_last) and has nothing to train on",
+                f"add rows, or set data.train_batch_size <= {rows} in config.json", name,
+                {"file": name, "rows": rows, "train_batch_size": train_batch_size}))
+    return checks, info
+
+
+# --------------------------------------------------------------------------- the other files
+
+
+def file_checks(input_dir: Path) -> list[Check]:
+    """One fail per missing file, each with its format; one ok when all are there."""
+    missing = []
+    for name, fmt in TASK_FILES.items():
+        present = (input_dir / name).is_file() or (name == "agent.json" and arl_common.agent_config_path(input_dir))
+        if not present:
+            missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
+                                 f"see {arl_common.EXAMPLES_DOC.name} for a complete example", name))
+    return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
+
+
+def agent_checks(input_dir: Path) -> list[Check]:
+    path = arl_common.agent_config_path(input_dir)
+    if path is None:
+        return []  # reported by file_checks
+    name = path.name
+    try:
+        cfg = arl_common.load_agent_config(input_dir)
+    except UserError as exc:
+        return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
+    out = []
+    if name == "agent.jsonl" and (input_dir / "agent.json").is_file():
+        out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used", where=name))
+    agent_class = cfg.get("agent_class")
+    if agent_class is not None and not (isinstance(agent_class, str) and AGENT_CLASS_RE.match(agent_class)):
+        out.append(Check(name, "fail", f"agent_class {agent_class!r} is not of the form module:Class",
+                         "write it like \"my_agents.solver:SolverAgent\" (importable module, then the class)",
+                         f"{name}:agent_class"))
+    max_tokens = cfg.get("max_tokens")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
+        out.append(Check(name, "fail", f"max_tokens must be a positive integer, got {max_tokens!r}",
+                         "e.g. \"max_tokens\": 512", f"{name}:max_tokens"))
+    if "system_prompt" in cfg and not isinstance(cfg["system_prompt"], str):
+        out.append(Check(name, "fail", "system_prompt must be a string", "write it as a JSON string",
+                         f"{name}:system_prompt"))
+    import difflib
+
+    for key in cfg:
+        if key not in AGENT_KEYS:
+            near = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            out.append(Check(name, "warn", f"unknown key {key!r} is ignored" + (f"; did you mean {near[0]!r}?"
+                                                                                 if near else ""),
+                             f"known keys: {', '.join(AGENT_KEYS)}", f"{name}:{key}"))
+    if not any(c.status == "fail" for c in out):
+        out.insert(0, Check(name, "ok", f"model_name {cfg['model_name']}", where=name))
+    return out
+
+
+def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
+    """(template text, its fields, checks); fields is None when the template cannot be used."""
+    path = input_dir / "task.goal"
+    if not path.is_file():
+        return None, None, []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return None, None, [Check("task.goal", "fail", f"not valid UTF-8 (byte {exc.start + 1})",
+                                  "save task.goal as UTF-8", "task.goal")]
+    if text.startswith("\ufeff"):
+        return None, None, [Check("task.goal", "fail", "starts with a UTF-8 byte-order mark (BOM)",
+                                  "save task.goal as UTF-8 without BOM", "task.goal:1")]
+    try:
+        fields = arl_common.template_fields(text)
+    except arl_common.TemplateError as exc:
+        return text, None, [Check("task.goal", "fail", str(exc),
+                                  "placeholders are {field} with a plain row field name; {{ and }} are literal braces",
+                                  "task.goal")]
+    if not text.strip():
+        return text, None, [Check("task.goal", "fail", "the template is empty", TASK_FILES["task.goal"],
+                                  "task.goal")]
+    if not fields:
+        return text, fields, [Check("task.goal", "warn", "no {field} placeholders: every prompt is the same text",
+                                    "reference row fields like {question}", "task.goal")]
+    return text, fields, [Check("task.goal", "ok", f"fields: {', '.join(fields)}", where="task.goal")]
+
+
+def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
+    path = input_dir / "config.json"
+    if not path.is_file():
+        return None, []
+    try:
+        cfg = arl_common.read_json_file(path)
+    except UserError as exc:
+        return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
+                            "config.json")]
+    if not isinstance(cfg, dict):
+        return None, [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
+                            TASK_FILES["config.json"], "config.json")]
+    return cfg, []
+
+
+def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
+    if cfg is None:
+        return []
+    import config_checks  # H2's module: schema, did-you-mean, VERL cross-field rules
+
+    return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
+
+
+def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
+    """The fast preflight main.py re-runs: files present, agent.json, template parse, config.json."""
+    input_dir = Path(input_dir)
+    checks = file_checks(input_dir) + agent_checks(input_dir)
+    checks += read_template(input_dir)[2]
+    cfg, cfg_checks = read_config(input_dir)
+    return checks + cfg_checks + config_checks_for(cfg, gpus)
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
+             debug: bool = False) -> tuple[list[Check], dict]:
+    """Every check of the task folder, in the order of the table, and the data of --json."""
+    import judge_probe
+
+    checks = file_checks(input_dir) + agent_checks(input_dir)
+    template, fields, template_checks = read_template(input_dir)
+    cfg, cfg_checks = read_config(input_dir)
+    batch = None
+    if cfg is not None:
+        import config_checks
+
+        value = config_checks.effective(cfg, "data.train_batch_size")
+        batch = value if type(value) is int else None
+    rows_checks, info = data_checks(input_dir, fields, batch, sample)
+    train = info.get("train.jsonl", {})
+    data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),
+                  "test_rows": info.get("test.jsonl", {}).get("rows"), "template_fields": fields,
+                  "defects": {name: scan["defects"] for name, scan in info.items()}, "first_prompt": None}
+    if fields is not None and template and train.get("sample"):
+        lineno, row = train["sample"][0]
+        prompt = arl_common.render_template(template, row)
+        data["first_prompt"] = prompt[:2000]
+        shown = prompt.strip().replace("\n", "\\n")
+        shown = shown if len(shown) <= PROMPT_SHOWN else shown[:PROMPT_SHOWN] + "..."
+        template_checks.append(Check("task.goal", "ok", f"first prompt (train.jsonl:{lineno}): {shown}",
+                                     where="task.goal"))
+    checks += template_checks + rows_checks
+    if (input_dir / "judge.py").is_file():
+        samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
+        checks += judge_probe.judge_checks(judge, debug=debug)
+        data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows"))
+    return checks, data
+
+
+def build_parser() -> arl_common.ArgumentParser:
+    parser = arl_common.ArgumentParser(
+        prog="validate_data.py",
+        description="Check a task folder (train/test.jsonl, task.goal, judge.py, agent.json, config.json) "
+                    "before training. Nothing in the folder is modified.",
+        epilog="example:\n  python scripts/validate_data.py assets/example --json\n\n"
+               "The task-folder contract, with every file worked out: examples.md",
+    )
+    parser.add_argument("input_dir", nargs="?", metavar="INPUT_DIR", help="the task folder (default: $EVO_INPUT_DIR)")
+    parser.add_argument("--sample", type=int, default=16, metavar="N",
+                        help="train rows to call the judge on, twice each (default 16; 0 only imports it)")
+    parser.add_argument("--judge-timeout", type=float, default=30.0, metavar="S",
+                        help="seconds the judge may take to import, and per call (default 30)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
+    arl_common.add_common_flags(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+
+    def body(args) -> int:
+        for bad, message in ((args.sample < 0, "--sample must be >= 0"),
+                             (args.judge_timeout <= 0, "--judge-timeout must be > 0"),
+                             (args.gpus is not None and args.gpus < 1, "--gpus must be >= 1")):
+            if bad:
+                raise UserError(message, "run `validate_data.py --help` for usage", arl_common.EXIT_USAGE)
+        input_dir = arl_common.resolve_input_dir(args.input_dir)
+        checks, data = validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug)
+        return arl_common.emit_checks(checks, args.json, data)
+
+    return arl_common.run_cli(body, parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

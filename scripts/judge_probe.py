@@ -242,8 +242,10 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
                             "or raise --judge-timeout", name))
     elif result["outcome"] == "exited":
         code = result["exit_code"]
-        how = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
-        last = result["stderr_tail"].splitlines()[-1] if result["stderr_tail"] else ""
+        how = f"was killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
+        # faulthandler's dump ends in stack frames; its "Fatal Python error" line says more.
+        lines = [ln for ln in result["stderr_tail"].splitlines() if ln.strip()]
+        last = next((ln for ln in lines if ln.startswith("Fatal Python error")), lines[-1] if lines else "")
         checks.append(Check(name, "fail", f"the judge process {how} while {result.get('pending', 'finishing')}"
                             + (f": {last}" if last and not debug else "") + tail,
                             "run compute_reward by hand on that row; os._exit, sys.exit and crashes in C "

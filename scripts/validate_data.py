@@ -215,7 +215,7 @@ def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int
                                 f"add rows: {TASK_FILES[name]}", name, {"file": name, "line": 0}))
         elif total:
             more = f"; the first {MAX_SHOWN} are listed" if total > MAX_SHOWN else ""
-            checks.append(Check(name, "fail", f"{rows} rows, {total} defects{more}",
+            checks.append(Check(name, "fail", f"{rows} rows, {total} defect{'s' if total > 1 else ''}{more}",
                                 "fix the lines listed above", name, {"file": name, "defects": total}))
         else:
             checks.append(Check(name, "ok", f"{rows} rows, no defects", where=name, details={"rows": rows}))

@@ -1,0 +1,195 @@
+"""One-defect task folders for validate_data.py: each case edits a copy of assets/example.
+
+A case names what validate_data must report: exit 1 and, for every (where, text) pair in
+`expect`, a failed check whose `where` is exactly `where` (file, file:line, or file:field) and
+whose message contains `text` (the field or the reason). test_validate_data.py runs them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    apply: Callable[[Path], None]
+    expect: tuple[tuple[str, str], ...]
+    args: tuple[str, ...] = ()
+    fields: tuple[str, ...] = field(default=())  # details.field of the first expected check, if a row field
+
+
+# --------------------------------------------------------------------------- editing helpers
+
+
+def lines(task: Path, name: str) -> list[str]:
+    return (task / name).read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def set_line(name: str, lineno: int, text: str) -> Callable[[Path], None]:
+    def apply(task: Path) -> None:
+        rows = lines(task, name)
+        rows[lineno - 1] = text + "\n"
+        (task / name).write_text("".join(rows), encoding="utf-8")
+    return apply
+
+
+def set_line_bytes(name: str, lineno: int, data: bytes) -> Callable[[Path], None]:
+    def apply(task: Path) -> None:
+        rows = (task / name).read_bytes().splitlines(keepends=True)
+        rows[lineno - 1] = data + b"\n"
+        (task / name).write_bytes(b"".join(rows))
+    return apply
+
+
+def edit_row(name: str, lineno: int, change: Callable[[dict], None]) -> Callable[[Path], None]:
+    import json
+
+    def apply(task: Path) -> None:
+        rows = lines(task, name)
+        row = json.loads(rows[lineno - 1])
+        change(row)
+        rows[lineno - 1] = json.dumps(row) + "\n"
+        (task / name).write_text("".join(rows), encoding="utf-8")
+    return apply
+
+
+def write(name: str, text: str) -> Callable[[Path], None]:
+    return lambda task: (task / name).write_text(text, encoding="utf-8")
+
+
+def remove(*names: str) -> Callable[[Path], None]:
+    def apply(task: Path) -> None:
+        for name in names:
+            (task / name).unlink()
+    return apply
+
+
+def keep_rows(name: str, count: int) -> Callable[[Path], None]:
+    return lambda task: (task / name).write_text("".join(lines(task, name)[:count]), encoding="utf-8")
+
+
+def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def apply(task: Path) -> None:
+        for step in steps:
+            step(task)
+    return apply
+
+
+def pop(key: str) -> Callable[[dict], None]:
+    return lambda row: row.pop(key)
+
+
+def put(key: str, value) -> Callable[[dict], None]:
+    return lambda row: row.__setitem__(key, value)
+
+
+JUDGE_HEAD = "def compute_reward(response, ground_truth, metadata):\n"
+
+# --------------------------------------------------------------------------- the table
+
+CASES: list[Case] = [
+    # Missing files: all listed at once, each with its format.
+    Case("missing-train", remove("train.jsonl"), (("train.jsonl", "train.jsonl is missing: JSON Lines"),)),
+    Case("missing-test", remove("test.jsonl"), (("test.jsonl", "test.jsonl is missing"),)),
+    Case("missing-config", remove("config.json"), (("config.json", "config.json is missing: a JSON object"),)),
+    Case("missing-agent", remove("agent.json"), (("agent.json", "agent.json is missing"),)),
+    Case("missing-goal-and-judge", remove("task.goal", "judge.py"),
+         (("task.goal", "task.goal is missing: the prompt template"),
+          ("judge.py", "judge.py is missing: defines compute_reward"))),
+    # JSONL syntax and encoding.
+    Case("invalid-json", set_line("train.jsonl", 3, '{"id": "x", "question": "1 + 1", "ground_truth": "2"'),
+         (("train.jsonl:3", "invalid JSON at column"),)),
+    Case("truncated-last-line", set_line("train.jsonl", 256, '{"id": "arith-train-00255", "quest'),
+         (("train.jsonl:256", "invalid JSON"),)),
+    Case("array-row", set_line("train.jsonl", 5, '["question", "ground_truth"]'),
+         (("train.jsonl:5", "a JSON array, not an object"),)),
+    Case("string-row-test", set_line("test.jsonl", 2, '"just a string"'),
+         (("test.jsonl:2", "a JSON string, not an object"),)),
+    Case("number-row", set_line("train.jsonl", 8, "42"), (("train.jsonl:8", "a JSON number, not an object"),)),
+    Case("bom", set_line_bytes("train.jsonl", 1, b'\xef\xbb\xbf{"question": "1 + 1", "ground_truth": "2"}'),
+         (("train.jsonl:1", "byte-order mark"),)),
+    Case("invalid-utf8", set_line_bytes("test.jsonl", 7, b'{"question": "caf\xe9", "ground_truth": "1"}'),
+         (("test.jsonl:7", "not valid UTF-8 (byte 18 of the line)"),)),
+    Case("nan", set_line("train.jsonl", 12, '{"question": "0 / 0", "ground_truth": NaN}'),
+         (("train.jsonl:12", "NaN is not valid JSON"),)),
+    # Row fields.
+    Case("ground-truth-missing", edit_row("train.jsonl", 4, pop("ground_truth")),
+         (("train.jsonl:4", "field ground_truth is missing"),), fields=("ground_truth",)),
+    Case("ground-truth-missing-test", edit_row("test.jsonl", 32, pop("ground_truth")),
+         (("test.jsonl:32", "field ground_truth is missing"),), fields=("ground_truth",)),
+    Case("template-field-missing", edit_row("train.jsonl", 9, pop("question")),
+         (("train.jsonl:9", "field question is missing (task.goal uses {question})"),), fields=("question",)),
+    Case("template-field-unknown", write("task.goal", "Solve {problem}\n"),
+         (("train.jsonl:1", "field problem is missing"), ("train.jsonl", "256 rows, 256 defects; the first 20"),
+          ("test.jsonl:1", "field problem is missing")), fields=("problem",)),
+    Case("metadata-list", edit_row("train.jsonl", 2, put("metadata", [1, 2])),
+         (("train.jsonl:2", "field metadata must be an object, got list"),), fields=("metadata",)),
+    Case("metadata-string-test", edit_row("test.jsonl", 3, put("metadata", "easy")),
+         (("test.jsonl:3", "field metadata must be an object, got str"),), fields=("metadata",)),
+    Case("metadata-null", edit_row("train.jsonl", 6, put("metadata", None)),
+         (("train.jsonl:6", "field metadata must be an object, got NoneType"),), fields=("metadata",)),
+    Case("duplicate-id", edit_row("train.jsonl", 10, put("id", "arith-train-00001")),
+         (("train.jsonl:10", "duplicate id 'arith-train-00001' (first at line 2)"),), fields=("id",)),
+    Case("duplicate-id-int-and-str", both(edit_row("test.jsonl", 1, put("id", 7)), edit_row("test.jsonl", 5, put("id", "7"))),
+         (("test.jsonl:5", "duplicate id '7' (first at line 1)"),), fields=("id",)),
+    Case("id-not-scalar", edit_row("train.jsonl", 11, put("id", ["a"])),
+         (("train.jsonl:11", "field id must be a string or an integer, got list"),), fields=("id",)),
+    # Whole files.
+    Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
+    Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),
+    Case("fewer-rows-than-batch", keep_rows("train.jsonl", 10),
+         (("train.jsonl", "10 rows, fewer than data.train_batch_size=16"),)),
+    # The template.
+    Case("template-attribute", write("task.goal", "Solve {question.__class__}\n"),
+         (("task.goal", "not a plain field name"),)),
+    Case("template-index", write("task.goal", "Solve {question[0]}\n"), (("task.goal", "not a plain field name"),)),
+    Case("template-format-spec", write("task.goal", "Solve {question:>10}\n"), (("task.goal", "format spec"),)),
+    Case("template-unbalanced", write("task.goal", "Solve {question\n"), (("task.goal", "cannot parse template"),)),
+    Case("template-empty", write("task.goal", "  \n"), (("task.goal", "the template is empty"),)),
+    # judge.py.
+    Case("judge-syntax-error", write("judge.py", "import re\n\n" + JUDGE_HEAD + "    return 1.0 +\n"),
+         (("judge.py:4", "SyntaxError"),)),
+    Case("judge-import-error", write("judge.py", "import no_such_module_xyz\n" + JUDGE_HEAD + "    return 1.0\n"),
+         (("judge.py:1", "importing judge.py raised ModuleNotFoundError"),)),
+    Case("judge-no-function", write("judge.py", "def reward(response, ground_truth, metadata):\n    return 1.0\n"),
+         (("judge.py", "no function compute_reward"),)),
+    Case("judge-two-params", write("judge.py", "def compute_reward(response, ground_truth):\n    return 1.0\n"),
+         (("judge.py", "cannot be called as compute_reward(response, ground_truth, metadata)"),)),
+    Case("judge-raises-on-empty", write("judge.py", JUDGE_HEAD + "    if not response:\n"
+                                        "        raise ValueError('empty')\n    return 1.0\n"),
+         (("judge.py:3", "failed on 16 of 32 calls; first on train.jsonl:1 (empty response): ValueError: empty"),)),
+    Case("judge-returns-nan", write("judge.py", JUDGE_HEAD + "    return float('nan')\n"),
+         (("judge.py", "returned nan, not a finite number"),)),
+    Case("judge-returns-str", write("judge.py", JUDGE_HEAD + "    return '1.0'\n"),
+         (("judge.py", "returned str '1.0', not a number"),)),
+    Case("judge-returns-none", write("judge.py", JUDGE_HEAD + "    pass\n"),
+         (("judge.py", "returned NoneType None, not a number"),)),
+    Case("judge-exits", write("judge.py", "import os\n" + JUDGE_HEAD + "    os._exit(7)\n"),
+         (("judge.py", "exited with code 7 while compute_reward on train.jsonl:1 (oracle response)"),)),
+    Case("judge-segfault", write("judge.py", "import ctypes\n" + JUDGE_HEAD + "    return ctypes.string_at(0)\n"),
+         (("judge.py", "killed by signal SIGSEGV"),)),
+    Case("judge-hangs", write("judge.py", "import time\n" + JUDGE_HEAD + "    time.sleep(600)\n"),
+         (("judge.py", "no answer within the timeout while compute_reward on train.jsonl:1 (oracle response)"),),
+         args=("--judge-timeout", "1")),
+    Case("judge-hangs-at-import", write("judge.py", "import time\ntime.sleep(600)\n" + JUDGE_HEAD + "    return 1\n"),
+         (("judge.py", "no answer within the timeout while importing judge.py"),), args=("--judge-timeout", "1")),
+    # agent.json / agent.jsonl.
+    Case("agent-no-model", write("agent.json", '{"system_prompt": "hi"}\n'),
+         (("agent.json", "field model_name is missing"),)),
+    Case("agent-invalid-json", write("agent.json", '{\n  "model_name": "m",\n}\n'),
+         (("agent.json", "agent.json:3:1: invalid JSON"),)),
+    Case("agent-not-object", write("agent.json", '["model_name"]\n'), (("agent.json", "must be a JSON object"),)),
+    Case("agent-class-format", write("agent.json", '{"model_name": "m", "agent_class": "my_agents.Solver"}\n'),
+         (("agent.json:agent_class", "not of the form module:Class"),)),
+    Case("agent-max-tokens-str", write("agent.json", '{"model_name": "m", "max_tokens": "256"}\n'),
+         (("agent.json:max_tokens", "max_tokens must be a positive integer"),)),
+    Case("agent-jsonl-empty", both(remove("agent.json"), write("agent.jsonl", "\n")),
+         (("agent.jsonl", "empty file"),)),
+    # config.json as a file (its keys and VERL rules are config_checks' own tests).
+    Case("config-invalid-json", write("config.json", '{"data": {"train_batch_size": 16,}}\n'),
+         (("config.json", "config.json:1:34: invalid JSON"),)),
+    Case("config-not-object", write("config.json", "[1, 2]\n"), (("config.json", "must be a JSON object, got list"),)),
+]

@@ -1,0 +1,267 @@
+"""validate_data.py and judge_probe.py: the example passes, every defect case fails precisely,
+the input folder is never modified, and a hanging or crashing judge cannot take the gate down."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import judge_probe
+import psutil
+import pytest
+import validate_data
+from conftest import run_script
+from defect_cases import CASES, JUDGE_HEAD
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict, str]:
+    code = validate_data.main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+def fails(env: dict) -> list[dict]:
+    return [c for c in env["checks"] if c["status"] == "fail"]
+
+
+def snapshot(folder: Path) -> dict:
+    """Every path under folder with its content hash and mtime: any change shows."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir",
+                                         p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+# --------------------------------------------------------------------------- the example
+
+
+def test_example_passes(example_task, capsys):
+    code, env, err = run_json(capsys, str(example_task))
+    assert code == 0, fails(env)
+    assert env["ok"] is True and env["schema_version"] == 1
+    assert {c["status"] for c in env["checks"]} == {"ok"}
+    data = env["data"]
+    assert (data["train_rows"], data["test_rows"], data["template_fields"]) == (256, 32, ["question"])
+    assert data["first_prompt"].startswith("Compute the value of this arithmetic expression: ((5 - 42) * 2)")
+    judge = data["judge"]
+    assert (judge["outcome"], judge["calls"], judge["oracle_mean"], judge["empty_mean"]) == ("done", 32, 1.0, 0.0)
+    assert judge["p95_ms"] >= judge["p50_ms"] > 0
+    assert "Traceback" not in err
+
+
+def test_json_shape(example_task, capsys):
+    _, env, _ = run_json(capsys, str(example_task))
+    assert set(env) == {"ok", "schema_version", "checks", "data"}
+    for check in env["checks"]:
+        assert {"name", "status", "message", "hint", "where"} <= set(check)
+        assert check["status"] in ("ok", "warn", "fail")
+    names = [c["name"] for c in env["checks"]]
+    for name in ("files", "agent.json", "task.goal", "train.jsonl", "test.jsonl", "judge.py", "config.json"):
+        assert name in names
+    assert {"input_dir", "train_rows", "test_rows", "template_fields", "defects", "first_prompt", "judge"} <= set(env["data"])
+
+
+def test_table_output_and_exit_code(example_task, capsys):
+    assert validate_data.main([str(example_task)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].split() == ["status", "check", "where", "message"]
+    assert "256 rows, no defects" in out and "mean reward 1.000 for the oracle" in out
+    assert err == ""
+
+
+def test_subprocess_from_another_cwd_and_env_default(example_task, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rel = os.path.relpath(example_task, elsewhere)
+    proc = run_script("validate_data.py", rel, "--json", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"]["input_dir"] == str(example_task)
+    proc = run_script("validate_data.py", cwd=elsewhere, env={"EVO_INPUT_DIR": str(example_task)})
+    assert proc.returncode == 0 and "256 rows, no defects" in proc.stdout
+
+
+def test_input_folder_is_never_modified(example_task, capsys, monkeypatch):
+    # A judge that writes into its cwd and imports a helper next to it: neither may leave a trace,
+    # nor may __pycache__ even where the environment allows bytecode files.
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    (example_task / "helper.py").write_text("SCORE = 1.0\n")
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    import helper\n    open('scratch.txt', 'w').write('x')\n"
+                                           "    return helper.SCORE if response else 0.0\n")
+    before = snapshot(example_task)
+    assert validate_data.main([str(example_task), "--json"]) == 0
+    assert snapshot(example_task) == before
+    (example_task / "train.jsonl").write_text('{"question": "1"}\n' * 3)  # and a failing run
+    before = snapshot(example_task)
+    assert validate_data.main([str(example_task)]) == 1
+    capsys.readouterr()
+    assert snapshot(example_task) == before
+
+
+# --------------------------------------------------------------------------- one defect each
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_defect_case(case, example_task, capsys):
+    case.apply(example_task)
+    code, env, err = run_json(capsys, str(example_task), *case.args)
+    assert code == 1
+    assert env["ok"] is False
+    failed = fails(env)
+    for where, text in case.expect:
+        hits = [c for c in failed if c["where"] == where and text in c["message"]]
+        assert hits, f"no failed check at {where} containing {text!r}; got {[(c['where'], c['message']) for c in failed]}"
+    if case.fields:
+        first = next(c for c in failed if c["where"] == case.expect[0][0])
+        assert first["details"]["field"] == case.fields[0]
+        assert first["details"]["line"] == int(case.expect[0][0].rsplit(":", 1)[1])
+    assert all(c["hint"] for c in failed), "every failure needs a hint"
+    assert "Traceback" not in err
+    # The text form names the same place on stderr, as one Error line and one Hint line each.
+    assert validate_data.main([str(example_task), *case.args]) == 1
+    out, err = capsys.readouterr()
+    where, text = case.expect[0]
+    assert any(line.startswith(f"Error: {where}: ") and text in line for line in err.splitlines()), err
+    assert "Hint: " in err and "Traceback" not in err + out
+
+
+def test_there_are_enough_defect_cases():
+    assert len(CASES) >= 30
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_first_20_defects_shown_and_all_counted(example_task, capsys):
+    (example_task / "train.jsonl").write_text('{"question": "1 + 1"}\n' * 50 + "not json\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 1
+    rows = [c for c in fails(env) if c["where"].startswith("train.jsonl:")]
+    assert [c["where"] for c in rows] == [f"train.jsonl:{n}" for n in range(1, 21)]
+    summary = next(c for c in fails(env) if c["where"] == "train.jsonl" and "defects" in c["message"])
+    assert summary["message"].startswith("50 rows, 51 defects; the first 20 are listed")
+    assert env["data"]["defects"]["train.jsonl"] == 51
+
+
+def test_duplicates_merge_into_the_first_20_by_line(example_task, capsys):
+    rows = [json.dumps({"id": "same" if n in (1, 2) else f"r{n}", "question": "1", "ground_truth": "1"})
+            if n < 40 else '{"question": "1"}' for n in range(1, 61)]
+    (example_task / "train.jsonl").write_text("\n".join(rows) + "\n")
+    _, env, _ = run_json(capsys, str(example_task))
+    listed = [c["where"] for c in fails(env) if c["where"].startswith("train.jsonl:")]
+    assert listed[0] == "train.jsonl:2" and len(listed) == 20
+    assert env["data"]["defects"]["train.jsonl"] == 22
+
+
+def test_blank_lines_are_skipped_and_counted(example_task, capsys):
+    text = (example_task / "train.jsonl").read_text()
+    (example_task / "train.jsonl").write_text("\n  \n" + text.replace("\n", "\n\r\n", 3))
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 0, fails(env)
+    assert env["data"]["train_rows"] == 256
+    (example_task / "test.jsonl").write_text("\n\n" + '{"question": "1"}\n')
+    _, env, _ = run_json(capsys, str(example_task))
+    assert [c["where"] for c in fails(env)][0] == "test.jsonl:3"
+
+
+def test_iter_jsonl_yields_rows_and_defects(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n[1]\n\xef\xbb\xbf{}\n{"b": \xff}\n{"c": Infinity}\n{"d": [[[\n{"e": 2}')
+    got = list(validate_data.iter_jsonl(path))
+    assert got[0] == (1, {"a": 1}, None)
+    assert [(n, d.split(" (")[0].split(" at ")[0]) for n, r, d in got[1:-1]] == [
+        (3, "a JSON array, not an object"), (4, "starts with a UTF-8 byte-order mark"),
+        (5, "not valid UTF-8"), (6, "invalid JSON: Infinity is not valid JSON"), (7, "invalid JSON")]
+    assert got[-1] == (8, {"e": 2}, None)
+
+
+def test_hash_candidates_are_confirmed_by_real_ids(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n')
+    # Pretend every hash collided: only the real repeat may be reported.
+    found = list(validate_data._duplicates(path, {hash("a"), hash("b")}))
+    assert [(c.where, c.message) for c in found] == [("rows.jsonl:3", "duplicate id 'a' (first at line 1)")]
+
+
+def test_quick_checks(example_task):
+    assert {c.status for c in validate_data.quick_checks(example_task)} == {"ok"}
+    (example_task / "judge.py").unlink()
+    (example_task / "task.goal").write_text("{x.y}")
+    failed = {(c.where, c.status) for c in validate_data.quick_checks(example_task, gpus=1) if c.status == "fail"}
+    assert failed == {("judge.py", "fail"), ("task.goal", "fail")}
+
+
+def test_usage_errors(example_task, capsys, monkeypatch):
+    assert validate_data.main([str(example_task), "--sample", "-1"]) == 2
+    assert validate_data.main([str(example_task), "--bogus"]) == 2
+    monkeypatch.delenv("EVO_INPUT_DIR")
+    assert validate_data.main([]) == 2
+    assert validate_data.main([str(example_task / "nope")]) == 3
+    err = capsys.readouterr().err
+    assert "Error: no input folder given" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- the judge probe
+
+
+def test_oracle_not_higher_is_a_warning(example_task, capsys):
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 0.5\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 0
+    warn = [c for c in env["checks"] if c["status"] == "warn"]
+    assert len(warn) == 1 and "the oracle does not score higher" in warn[0]["message"]
+
+
+def test_judge_prints_do_not_break_json(example_task, capsys):
+    (example_task / "judge.py").write_text(
+        "import os, sys\nprint('hello from import')\n" + JUDGE_HEAD +
+        "    print('noise', response); os.write(1, b'raw fd write\\n'); sys.stderr.write('e\\n')\n"
+        "    return float(response == str(ground_truth))\n")
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "3")
+    assert code == 0 and env["data"]["judge"]["calls"] == 6
+
+
+def test_sample_zero_only_imports(example_task, capsys):
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "0")
+    assert code == 0
+    judge = [c for c in env["checks"] if c["name"] == "judge.py"]
+    assert len(judge) == 1 and "no rows were called" in judge[0]["message"]
+
+
+def test_hanging_judge_and_its_children_are_killed(example_task, tmp_path):
+    pids = tmp_path / "pids"
+    (example_task / "judge.py").write_text(textwrap.dedent(f"""\
+        import os, subprocess, time
+        child = subprocess.Popen(["sleep", "300"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        def compute_reward(response, ground_truth, metadata):
+            time.sleep(300)
+        """))
+    started = time.monotonic()
+    result = judge_probe.probe(example_task, [("train.jsonl:1", {"ground_truth": "1"})], timeout=1.0)
+    assert time.monotonic() - started < 30
+    assert result["outcome"] == "timeout"
+    assert result["pending"] == "compute_reward on train.jsonl:1 (oracle response)"
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_crash_message_and_debug_stderr(example_task, capsys):
+    (example_task / "judge.py").write_text("import os\n" + JUDGE_HEAD + "    os.abort()\n")
+    assert validate_data.main([str(example_task)]) == 1
+    err = capsys.readouterr().err
+    assert "was killed by signal SIGABRT" in err and "Fatal Python error: Aborted" in err and "Traceback" not in err
+    (example_task / "judge.py").write_text(
+        "import os, sys\n" + JUDGE_HEAD + "    sys.stderr.write('about to die\\n'); sys.stderr.flush()\n"
+        "    os._exit(3)\n")
+    assert validate_data.main([str(example_task)]) == 1
+    err = capsys.readouterr().err
+    assert "exited with code 3 while compute_reward on train.jsonl:1 (oracle response): about to die" in err
+    code, env, _ = run_json(capsys, str(example_task), "--debug")
+    assert code == 1 and "stderr_tail" in env["data"]["judge"]
+
+
+def test_judge_signature_variants_accepted(example_task, capsys):
+    (example_task / "judge.py").write_text(
+        "def compute_reward(*args, **kwargs):\n    return bool(args[0])\n")
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "2")
+    assert code == 0 and env["data"]["judge"]["signature"] == "(*args, **kwargs)"

@@ -38,7 +38,6 @@ PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
 BOM = b"\xef\xbb\xbf"
 AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class")
 AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_MISSING = object()
 
 
 def _reject_constant(name: str) -> None:
@@ -96,10 +95,6 @@ class _IdIndex:
     def __init__(self) -> None:
         self.buckets = [array("q") for _ in range(256)]
 
-    def add(self, key: str) -> None:
-        h = hash(key)
-        self.buckets[h & 255].append(h)
-
     def candidates(self) -> set[int]:
         out: set[int] = set()
         for bucket in self.buckets:
@@ -131,10 +126,11 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
     (up to `sample` valid rows as (lineno, row))}. Only the id index grows with the file.
     """
     name = path.name
-    need = frozenset(["ground_truth", *(fields or [])])
+    need = ("ground_truth", *(fields or []))
     shown: list[Check] = []
     total = rows = 0
     ids = _IdIndex()
+    buckets = ids.buckets  # appended to inline: the loop below runs once per row
     samples: list[tuple[int, dict]] = []
 
     def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
@@ -148,29 +144,32 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
             add(lineno, problem or "", "write one JSON object per line, saved as UTF-8 without BOM")
             continue
         rows += 1
-        ok = row.keys() >= need
-        if not ok:
-            for field in sorted(need - row.keys()):
-                if field == "ground_truth":
-                    add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge scores "
-                        "the response against it", field)
-                else:
-                    add(lineno, f"field {field} is missing (task.goal uses {{{field}}})",
-                        f"add {field} to the row, or change task.goal", field)
-        metadata = row.get("metadata", _MISSING)
-        if metadata is not _MISSING and type(metadata) is not dict:
+        ok = True
+        for field in need:
+            if field not in row:
+                ok = False
+                for missing in (f for f in need if f not in row):
+                    if missing == "ground_truth":
+                        add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge "
+                            "scores the response against it", missing)
+                    else:
+                        add(lineno, f"field {missing} is missing (task.goal uses {{{missing}}})",
+                            f"add {missing} to the row, or change task.goal", missing)
+                break
+        if "metadata" in row and type(metadata := row["metadata"]) is not dict:
             ok = False
             add(lineno, f"field metadata must be an object, got {type(metadata).__name__}",
                 "write metadata as a JSON object, e.g. {\"difficulty\": 2}, or leave it out", "metadata")
-        rid = row.get("id", _MISSING)
-        if rid is not _MISSING:
-            key = _id_key(rid)
+        if "id" in row:
+            rid = row["id"]
+            key = rid if type(rid) is str else _id_key(rid)
             if key is None:
                 ok = False
                 add(lineno, f"field id must be a string or an integer, got {type(rid).__name__}",
                     "use a unique string or integer id, or leave id out", "id")
             else:
-                ids.add(key)
+                h = hash(key)
+                buckets[h & 255].append(h)
         if ok and len(samples) < sample:
             samples.append((lineno, row))
 

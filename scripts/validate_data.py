@@ -252,8 +252,9 @@ def agent_checks(input_dir: Path) -> list[Check]:
     except UserError as exc:
         return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
     out = []
-    if name == "agent.jsonl" and (input_dir / "agent.json").is_file():
-        out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used", where=name))
+    if name == "agent.json" and (input_dir / "agent.jsonl").is_file():
+        out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used",
+                         "remove the one you do not mean", where=name))
     agent_class = cfg.get("agent_class")
     if agent_class is not None and not (isinstance(agent_class, str) and AGENT_CLASS_RE.match(agent_class)):
         out.append(Check(name, "fail", f"agent_class {agent_class!r} is not of the form module:Class",

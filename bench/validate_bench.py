@@ -34,9 +34,9 @@ def make_task(dest: Path, rows: int, seed: int = 0) -> Path:
     with open(dest / "train.jsonl", "w", encoding="utf-8") as fh:
         for i in range(rows):
             a, b, c = rng.randint(1, 50), rng.randint(1, 50), rng.randint(1, 50)
-            o1, o2 = rng.choice(ops), rng.choice(ops)
-            question = f"({a} {o1} {b}) {o2} {c}"
-            row = {"id": f"arith-train-{i:07d}", "question": question, "ground_truth": str(eval(question)),
+            question = f"({a} {rng.choice(ops)} {b}) {rng.choice(ops)} {c}"
+            # Only the shape matters here; the answers need not be right.
+            row = {"id": f"arith-train-{i:07d}", "question": question, "ground_truth": str(rng.randint(-500, 2500)),
                    "metadata": {"difficulty": 2, "ops": 2}}
             fh.write(json.dumps(row) + "\n")
     return dest

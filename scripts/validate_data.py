@@ -205,7 +205,12 @@ def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int
         path = input_dir / name
         if not path.is_file():
             continue
-        scan = scan_jsonl(path, fields, sample if name == "train.jsonl" else 0)
+        try:
+            scan = scan_jsonl(path, fields, sample if name == "train.jsonl" else 0)
+        except OSError as exc:
+            checks.append(Check(name, "fail", f"cannot read: {exc.strerror or exc}", "check the file's permissions",
+                                name, {"file": name}))
+            continue
         info[name] = scan
         checks.extend(scan["shown"])
         rows, total = scan["rows"], scan["defects"]
@@ -305,7 +310,11 @@ def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[C
     if not fields:
         return text, fields, [Check("task.goal", "warn", "no {field} placeholders: every prompt is the same text",
                                     "reference row fields like {question}", "task.goal")]
-    return text, fields, [Check("task.goal", "ok", f"fields: {', '.join(fields)}", where="task.goal")]
+    checks = [Check("task.goal", "ok", f"fields: {', '.join(fields)}", where="task.goal")]
+    if "ground_truth" in fields:
+        checks.append(Check("task.goal", "warn", "the template uses {ground_truth}: every prompt gives the answer away",
+                            "remove {ground_truth} from task.goal unless that is the point", "task.goal"))
+    return text, fields, checks
 
 
 def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:

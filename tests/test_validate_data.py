@@ -203,6 +203,18 @@ def test_usage_errors(example_task, capsys, monkeypatch):
 # --------------------------------------------------------------------------- the judge probe
 
 
+def test_unreadable_file_and_answer_in_template(example_task, capsys):
+    (example_task / "task.goal").write_text("Q: {question} (answer: {ground_truth})")
+    # A file that exists but fails to read (EIO at offset 0), even for root.
+    (example_task / "test.jsonl").unlink()
+    (example_task / "test.jsonl").symlink_to("/proc/self/mem")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 1
+    assert [c["message"] for c in fails(env)] == ["cannot read: Input/output error"]
+    warn = [c["message"] for c in env["checks"] if c["status"] == "warn"]
+    assert any("gives the answer away" in m for m in warn)
+
+
 def test_oracle_not_higher_is_a_warning(example_task, capsys):
     (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 0.5\n")
     code, env, _ = run_json(capsys, str(example_task))

@@ -136,3 +136,17 @@ def run_resources(run_id: str) -> dict:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return {"processes": len(procs), "pids": [p.pid for p in procs], "cpu_percent": round(cpu, 1), "rss_bytes": int(rss)}
+
+
+def process_name(pid: int) -> str:
+    """A pid's process name for reports: "(exited)" when it is gone (NVML can list a pid that has
+    just exited), "(no access)" when psutil may not read it."""
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return "(exited)"
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return "(exited)"
+    except psutil.AccessDenied:
+        return "(no access)"

@@ -1,0 +1,243 @@
+"""The one door to Agent Lightning: gateway and controller processes, its REST API, run_ppo.
+
+main.py and rehearsal.py go through this module; nothing else starts agl-server/agl-controller
+or imports agentlightning. The services run as `python -m agentlightning.server|controller`
+with Hydra overrides, each in its own session, cwd and log under O/logs, bound to 127.0.0.1 on a
+port picked just before the start. The run's key travels only in the environment
+(ARL_AGL_KEY) and reaches Hydra as `key=${oc.env:ARL_AGL_KEY}`, so it is in no command line,
+log or Hydra file.
+
+    >>> from agl_shim import controller_tuning
+    >>> controller_tuning(rollouts_per_step=64, cpus=2, rehearse=True)
+    {'maximum_size': 4, 'poll_interval': 0.5}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import arl_common
+from arl_common import UserError
+
+KEY_ENV = "ARL_AGL_KEY"
+HOST = "127.0.0.1"
+HEALTH_TIMEOUT_S = 60.0
+REDACTED = "***redacted***"
+CONTROLLER_STOP_S = 15.0  # it SIGKILLs its agents and marks them failed before it exits
+GATEWAY_STOP_S = 5.0
+
+
+def new_key() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the caller retries if someone takes it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def hydra_quote(value: str) -> str:
+    """A value as a quoted Hydra override string (paths with spaces, ':' or '=' stay one value)."""
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def controller_tuning(rollouts_per_step: int, cpus: int, rehearse: bool) -> dict:
+    """local_runner settings for this run, instead of Agent Lightning's 50 agents / 10 s poll.
+
+    maximum_size: agents run at once. Each costs about 1.2 CPU-seconds to start (the worker
+    wrapper imports httpx/pydantic/omegaconf), so with an oracle that answers at once the agents
+    are CPU-bound: 2 per core. Against vLLM they mostly wait for the model, and more of them keep
+    its batch full: 4 per core. Never more than a step's rollouts, never over 50 (the controller
+    lists at most 50 queued/running rollouts per pass).
+    poll_interval: every rollout waits up to one interval to be spawned and one to be seen
+    finished, and a pass is one GET listing at most 50 rollouts (milliseconds on both sides), so
+    0.5 s costs little; 0.25 s where 8+ cores make the extra passes free.
+    """
+    per_cpu = 2 if rehearse else 4
+    size = max(1, min(50, int(rollouts_per_step) or 1, per_cpu * max(1, int(cpus))))
+    return {"maximum_size": size, "poll_interval": 0.25 if cpus >= 8 else 0.5}
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    port: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def info(self) -> dict:
+        out: dict[str, Any] = {"pid": self.proc.pid}
+        if self.port:
+            out.update(port=self.port, url=self.url)
+        return out
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def service_env(run_id: str, key: str, extra: dict | None = None) -> dict:
+    env = {**os.environ, arl_common.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    env.update(extra or {})
+    return env
+
+
+# Hydra writes no .hydra/ folder and no job log; with cwd O/logs and run.dir '.' it creates nothing else.
+_HYDRA_QUIET = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+
+
+def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: dict) -> subprocess.Popen:
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = logs_dir / f"{name}.log"
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", module, *overrides, *_HYDRA_QUIET], cwd=logs_dir,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = HEALTH_TIMEOUT_S,
+                  tries: int = 3) -> Service:
+    """agl-server on a free 127.0.0.1 port, healthy; retried on another port when the bind fails."""
+    last = ""
+    for _ in range(tries):
+        port = free_port()
+        overrides = [f"host={HOST}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
+                     f"default_proxy.model_name={hydra_quote(model_name)}"]
+        svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env),
+                      logs_dir / "gateway.log", port)
+        if wait_healthy(svc, timeout):
+            return svc
+        last = svc.log_tail()
+        bind_failed = "address already in use" in last.lower()
+        stop_service(svc, GATEWAY_STOP_S)
+        if not bind_failed:
+            break
+    raise UserError(f"the Agent Lightning gateway did not answer /healthz within {timeout:.0f} s: {last or 'no output'}",
+                    f"read {logs_dir / 'gateway.log'}; check that agentlightning is installed for {sys.executable}")
+
+
+def start_controller(logs_dir: Path, gateway: Service, tuning: dict, env: dict) -> Service:
+    overrides = ["runner_type=local", f"agl_server.url={gateway.url}", f"agl_server.key=${{oc.env:{KEY_ENV}}}",
+                 f"local_runner.maximum_size={tuning['maximum_size']}",
+                 f"local_runner.poll_interval={tuning['poll_interval']}"]
+    svc = Service("controller", _spawn("controller", "agentlightning.controller", overrides, logs_dir, env),
+                  logs_dir / "controller.log", extra=dict(tuning))
+    time.sleep(0.2)
+    if svc.proc.poll() is not None:
+        raise UserError(f"the Agent Lightning controller exited at start (code {svc.proc.returncode}): {svc.log_tail()}",
+                        f"read {svc.log_path}")
+    return svc
+
+
+def wait_healthy(svc: Service, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if svc.proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{svc.url}/healthz", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def stop_service(svc: Service | None, timeout: float) -> int | None:
+    """SIGTERM the service's process group, wait, SIGKILL if it is still there. Returns its exit code."""
+    if svc is None or svc.proc.poll() is not None:
+        return None if svc is None else svc.proc.returncode
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(svc.proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return svc.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return svc.proc.poll()
+
+
+# --------------------------------------------------------------------------- REST
+
+
+class Client:
+    """The gateway's REST API with the run's key (stdlib only: it is also fast to import)."""
+
+    def __init__(self, base_url: str, key: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self._key = key
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self._key}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def register_model(self, model: str, endpoint: str) -> Any:
+        """Replace the registered model servers, as the trainer does at every step."""
+        self.request("DELETE", "/api/models")
+        return self.request("POST", "/api/models", [{"model": model, "endpoint": endpoint, "version": 0}])
+
+
+def rollout_manager(base_url: str, key: str, model: str, cfg: Any, step: int = 0) -> Any:
+    """The trainer's own rollout client (AglRolloutManager), built as its trainer builds it."""
+    from agentlightning.verl.agl_rollout_manager import AglRolloutManager
+
+    al = cfg.agentlightning
+    return AglRolloutManager(agl_base_url=base_url, agl_key=key, model=model, step=step,
+                             train_rollout_n=int(cfg.actor_rollout_ref.rollout.n),
+                             rollout_timeout_seconds=float(al.rollout_timeout_seconds),
+                             local_agent_class=al.local.agent_class, local_env_map=dict(al.local.env_map))
+
+
+def run_ppo(cfg: Any, train_rows: list, val_rows: list) -> None:
+    """agentlightning.verl.entrypoint.run_ppo, imported only here (it pulls ray, verl, torch)."""
+    from agentlightning.verl.entrypoint import run_ppo as _run_ppo
+
+    _run_ppo(cfg, train_rows, val_rows)
+
+
+class RedactingStream:
+    """Wraps sys.stdout/stderr so a secret printed by a library (VERL's TaskRunner pprints the
+    resolved config, key included, and Ray forwards that to this process) is masked in training.log."""
+
+    def __init__(self, stream: Any, secret: str):
+        self._stream = stream
+        self._secret = secret
+
+    def write(self, text: str) -> int:
+        self._stream.write(text.replace(self._secret, REDACTED) if self._secret else text)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -1,0 +1,297 @@
+"""main.py's config side: compose as Agent Lightning does, force this run's values, resume, save.
+
+Composition is verl_shim.compose_config (Agent Lightning's verl/config.yaml through Hydra, then
+config.json, then the `--` overrides). Then main.py forces, whatever the user wrote:
+
+    actor_rollout_ref.model.path      agent.json model_name, resolved like check_model.py
+                                      (rehearsal: an unresolvable name warns and is kept as is)
+    trainer.n_gpus_per_node           len(--gpus), when given
+    trainer.default_local_dir         O/checkpoints, absolute (VERL's default is relative to a Ray actor's cwd)
+    trainer.logger                    + "file", VERL_FILE_LOGGER_PATH = O/metrics/attempt-NNNN.jsonl,
+                                      a new file per start (VERL truncates its file on open);
+                                      O/metrics.jsonl links to the newest
+    ray_kwargs.ray_init.runtime_env.env_vars   VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
+    agentlightning.local.agent_class  agent.json agent_class, else arl_agent:TemplateJudgeAgent
+    agentlightning.local.env_map      ARL_ROW <- input.arl_row: each row travels as ONE JSON string,
+                                      so rows of any shape make one Arrow schema in datasets
+    agentlightning.agl_base_url/key   this run's gateway (the key is redacted in resolved_config.yaml)
+    trainer.resume_mode               auto with --resume (refused without a checkpoint); disable for a
+                                      fresh start, which is refused on a folder that has checkpoints
+
+    >>> wrap_row({"question": "1+2", "ground_truth": 3})
+    {'arl_row': '{"question": "1+2", "ground_truth": 3}'}
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import arl_common
+
+BUNDLED_AGENT = "arl_agent:TemplateJudgeAgent"
+ROW_ENV = "ARL_ROW"
+ROW_FIELD = "arl_row"
+TRACKER = "latest_checkpointed_iteration.txt"
+TAIL_BYTES = 64 * 1024
+
+
+class Failure(Exception):
+    """The run failed in one component; reason is one line."""
+
+    def __init__(self, component: str, reason: str, code: int = arl_common.EXIT_FAIL):
+        super().__init__(reason)
+        self.component, self.reason, self.code = component, reason, code
+
+
+def new_run_id() -> str:
+    import secrets
+
+    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def wrap_row(row: dict) -> dict:
+    return {ROW_FIELD: json.dumps(row, ensure_ascii=False)}
+
+
+def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
+    import validate_data
+
+    out = []
+    for name in ("train.jsonl", "test.jsonl"):
+        rows = []
+        for lineno, row, defect in validate_data.iter_jsonl(input_dir / name):
+            if defect:
+                raise Failure("preflight", f"{name}:{lineno}: {defect}")
+            rows.append(row)
+        if not rows:
+            raise Failure("preflight", f"{name} has no rows")
+        out.append(rows)
+    return out[0], out[1]
+
+
+def latest_checkpoint(ckpt_dir: Path) -> int | None:
+    """The step in latest_checkpointed_iteration.txt when its global_step_N folder exists."""
+    try:
+        step = int((ckpt_dir / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return step if (ckpt_dir / f"global_step_{step}").is_dir() else None
+
+
+def trained_past(metrics_file: Path, step: int) -> bool:
+    """Whether this attempt's metrics file logged any step after `step` (verl PR#5725: a resumed run
+    that had nothing left to do exits 0 without a step)."""
+    try:
+        with open(metrics_file, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    if int(json.loads(line).get("step", -1)) > step:
+                        return True
+                except (ValueError, TypeError, AttributeError):
+                    continue
+    except OSError:
+        return False
+    return False
+
+
+def log_tail(output_dir: Path) -> str:
+    try:
+        with open(Path(output_dir) / arl_common.LOG_FILE, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+_CLASSES = (
+    ("OOM", re.compile(r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|\bOOM\b")),
+    ("CUDA error", re.compile(r"CUDA error|NCCL error|cudaErrorr?\w*|no CUDA GPUs are available")),
+    ("Ray error", re.compile(r"RayTaskError|RayActorError|RaySystemError|ray\.exceptions\.\w+|GetTimeoutError")),
+    ("judge error", re.compile(r"judge error|compute_reward")),
+)
+_EXC_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception|Interrupt)\b.*$", re.M)
+
+
+def classify_failure(text: str) -> str:
+    """One line: the kind of failure (OOM, CUDA error, Ray error, judge error) and the line that says so."""
+    for kind, pattern in _CLASSES:
+        matches = list(pattern.finditer(text))
+        if matches:
+            match = matches[-1]
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            line = text[start:end if end >= 0 else len(text)].strip()
+            hint = " (see references/troubleshooting.md)" if kind in ("OOM", "CUDA error") else ""
+            return f"{kind}: {line}"[:300] + hint
+    lines = _EXC_LINE.findall(text)
+    last = (lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else "unknown error").strip()
+    return last[:300]
+
+
+@dataclass
+class Plan:
+    cfg: Any
+    model: str
+    tuning: dict
+    agent_env: dict
+    metrics_file: Path
+    joins_ray: bool
+    resumed_from: int | None
+    status: dict = field(default_factory=dict)
+
+
+def _set(cfg: Any, key: str, value: Any) -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key, default=default)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
+    node: Any = user_cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node is not None or any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def resolve_model(name: str, rehearse: bool) -> str:
+    import check_model
+
+    path = check_model.resolve_model(name)
+    if path is not None:
+        return str(path)
+    if rehearse:
+        arl_common.print_warning(f"model {name!r} not found locally; the rehearsal does not load it and keeps the name")
+        return name
+    raise Failure("config", f"model {name!r} not found under {', '.join(map(str, arl_common.models_dirs()))} "
+                  "or the Hugging Face cache (run check_model.py)", arl_common.EXIT_ENV)
+
+
+def next_metrics_file(output_dir: Path) -> tuple[int, Path]:
+    """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it."""
+    mdir = output_dir / "metrics"
+    mdir.mkdir(parents=True, exist_ok=True)
+    numbers = [int(m.group(1)) for p in mdir.glob("attempt-*.jsonl") if (m := re.match(r"attempt-(\d+)\.jsonl$", p.name))]
+    attempt = max(numbers, default=0) + 1
+    path = mdir / f"attempt-{attempt:04d}.jsonl"
+    path.touch()
+    link, tmp = output_dir / arl_common.METRICS_FILE, output_dir / f".{arl_common.METRICS_FILE}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(Path("metrics") / path.name)
+    os.replace(tmp, link)
+    return attempt, path
+
+
+def resume_plan(user_cfg: dict, overrides: list[str], ckpt_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
+    """(resume_mode to force or None to keep the user's, step resumed from)."""
+    step = latest_checkpoint(ckpt_dir)
+    if resume:
+        if step is None:
+            import config_checks
+
+            save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
+            cause = (f"trainer.save_freq was {save_freq}, so the earlier run never saved one"
+                     if isinstance(save_freq, int) and save_freq <= 0 else "no earlier run saved one here")
+            raise Failure("config", f"nothing to resume: no checkpoint in {ckpt_dir} ({TRACKER} and its "
+                                    f"global_step_N folder); {cause}")
+        return "auto", step
+    if _explicit(user_cfg, overrides, "trainer.resume_mode"):
+        return None, None
+    if step is not None and not rehearse:
+        raise Failure("config", f"{ckpt_dir} holds global_step_{step} from an earlier run: pass --resume to "
+                                "continue it, or use a new --output-dir (a fresh start would mix both runs)")
+    return "disable", None
+
+
+def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
+    """Compose, force, check and save the config of this run; returns what main.py needs to launch."""
+    import verl_shim
+
+    args, out, rehearse = run.args, run.output_dir, run.mode == "rehearse"
+    cfg_path = Path(args.config_file).expanduser().resolve() if args.config_file else run.input_dir / "config.json"
+    user_cfg = arl_common.read_json_file(cfg_path) if (args.config_file or cfg_path.is_file()) else {}
+    if not isinstance(user_cfg, dict):
+        raise Failure("config", f"{cfg_path}: must be a JSON object")
+    try:
+        cfg, info = verl_shim.compose_config(user_cfg, list(run.overrides))
+    except Exception as exc:
+        raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
+    agent = arl_common.load_agent_config(run.input_dir)
+    model = resolve_model(agent["model_name"], rehearse)
+    ckpt = out / arl_common.CHECKPOINTS_DIR
+    ckpt.mkdir(parents=True, exist_ok=True)
+    mode, resumed_from = resume_plan(user_cfg, list(run.overrides), ckpt, args.resume, rehearse)
+    attempt, metrics_file = next_metrics_file(out)
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
+    _set(cfg, "actor_rollout_ref.model.path", model)
+    if run.gpus:
+        _set(cfg, "trainer.n_gpus_per_node", len(run.gpus))
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))
+    _set(cfg, "trainer.default_local_dir", str(ckpt))
+    loggers = _get(cfg, "trainer.logger", ["console"])
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
+    for name in ("VERL_FILE_LOGGER_PATH", arl_common.RUN_ID_ENV):
+        _set(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", os.environ[name])
+    _set(cfg, "agentlightning.local.agent_class", agent.get("agent_class") or BUNDLED_AGENT)
+    _set(cfg, "agentlightning.local.env_map", {**(_get(cfg, "agentlightning.local.env_map") or {}),
+                                               ROW_ENV: f"input.{ROW_FIELD}"})
+    _set(cfg, "agentlightning.agl_base_url", "http://127.0.0.1:0")  # the real URL once the gateway is up
+    _set(cfg, "agentlightning.agl_key", "")
+    if mode:
+        _set(cfg, "trainer.resume_mode", mode)
+    n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
+    batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
+    steps = _get(cfg, "trainer.total_training_steps")
+    if steps is None and not rehearse:
+        steps = len(train_rows) // batch * int(_get(cfg, "trainer.total_epochs", 1) or 1)
+    rollouts = (len(test_rows) + len(train_rows[: args.sample]) * n) if rehearse else batch * n
+    import agl_shim
+
+    tuning = agl_shim.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse)
+    timeout = float(_get(cfg, "agentlightning.rollout_timeout_seconds", 1800) or 1800)
+    scripts = str(arl_common.SCRIPTS_DIR)
+    agent_env = {"ARL_INPUT_DIR": str(run.input_dir), "ARL_OUTPUT_DIR": str(out),
+                 "ARL_MODEL_TIMEOUT_S": str(max(5.0, timeout - 15.0)),
+                 "PYTHONPATH": os.pathsep.join(p for p in (scripts, str(run.input_dir), os.environ.get("PYTHONPATH"))
+                                               if p)}
+    if not rehearse and importlib.util.find_spec("verl") is not None:
+        errors = verl_shim.run_verl_validate(cfg)
+        if errors:
+            raise Failure("config", f"VERL's validate_config: {errors[0]}"[:400])
+    save_resolved(out, cfg, info)
+    joins = bool(os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address"))
+    return Plan(cfg, model, tuning, agent_env, metrics_file, joins, resumed_from,
+                {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
+                 "total_training_steps": steps, "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
+
+
+def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:
+    from omegaconf import OmegaConf
+
+    shown = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    OmegaConf.update(shown, "agentlightning.agl_key", "***redacted***", force_add=True)
+    try:
+        text = OmegaConf.to_yaml(shown, resolve=True)
+    except Exception:  # an interpolation that only resolves inside VERL: keep it as written
+        text = OmegaConf.to_yaml(shown)
+    merged = info.get("verl_defaults_merged")
+    head = ("# VERL 0.8.0's defaults (ppo_trainer.yaml) were merged.\n" if merged else
+            "# VERL's defaults were NOT merged (verl's config files not found): this is Agent Lightning's\n"
+            "# config.yaml + config.json + overrides only; keys VERL would add are absent.\n")
+    head += f"# sources: {json.dumps({k: v for k, v in info.items() if k != 'verl_defaults_merged'}, default=str)}\n"
+    head += "# agentlightning.agl_key is redacted; agl_base_url is set when the gateway is up.\n"
+    arl_common.atomic_write_text(output_dir / "resolved_config.yaml", head + text)

@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
+
+Usage: main.py --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
+               [--resume] [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
+
+start_training.sh runs it with nohup + setsid and `>> O/training.log`; it runs in the
+foreground by hand too (it then takes O/training.lock and writes training.status itself):
+
+    $ python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse
+    [main] run run-20250101-120000-ab12cd: rehearse mode, 0 train / 32 test rows
+    [main] gateway http://127.0.0.1:40123 (pid 4242), controller pid 4243 (4 agents, poll 0.5 s)
+    [main] rehearsal: 32 rollouts, mean reward 1.0, 0 failed -> O/rehearsal.json
+    [main] completed
+
+Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
+reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
+the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID; training.pid is
+removed. Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import agl_shim
+import arl_common
+import launch_config
+import rehearsal
+from arl_common import UserError
+
+STATUS_WAIT_S = 10.0
+Failure = launch_config.Failure
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT (stop), or SIGUSR1 from the watchdog when a service died."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def log(message: str) -> None:
+    print(f"[main] {message}", flush=True)
+
+
+def hold_lock(output_dir: Path) -> bool:
+    """Keep O/training.lock for our whole life. True when start_training.sh handed it over on fd 9."""
+    lock_path = output_dir / arl_common.LOCK_FILE
+    try:
+        if os.path.samestat(os.fstat(9), os.stat(lock_path)):
+            return True
+    except OSError:
+        pass
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        st = arl_common.read_status(output_dir) or {}
+        raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
+                        "stop it with stop_training.py, or use another --output-dir", arl_common.EXIT_CONFLICT) from None
+    return False
+
+
+def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
+    """Wait for start_training.sh's status (pid == ours), else write our own; then add our fields."""
+    import proc_shim
+
+    deadline = time.monotonic() + (STATUS_WAIT_S if handed_over else 0)
+    while (arl_common.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if (arl_common.read_status(output_dir) or {}).get("pid") != os.getpid():
+        arl_common.atomic_write_json(output_dir / arl_common.STATUS_FILE, {
+            "status": "starting", "start_time": arl_common.now_iso(), "pid": os.getpid(),
+            "pgid": os.getpgid(0), "proc_start_time": proc_shim.process_start_time(os.getpid())})
+        arl_common.atomic_write_text(output_dir / arl_common.PID_FILE, f"{os.getpid()}\n")
+    # Not update_status(**fields): "output_dir" is both its parameter and a status field.
+    arl_common.atomic_write_json(output_dir / arl_common.STATUS_FILE, {**(arl_common.read_status(output_dir) or {}),
+                                                                      **fields})
+
+
+class Run:
+    def __init__(self, args, overrides: list[str]):
+        self.args, self.overrides = args, overrides
+        self.input_dir = arl_common.resolve_input_dir(args.input_dir)
+        self.output_dir = arl_common.resolve_output_dir(args.output_dir, self.input_dir)
+        self.run_id = args.run_id or os.environ.get(arl_common.RUN_ID_ENV) or launch_config.new_run_id()
+        os.environ[arl_common.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
+        self.mode = "rehearse" if args.rehearse else "train"
+        self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+        self.key = agl_shim.new_key()
+        self.gateway = self.controller = self.oracle = None
+        self.ray_started = False
+        self.stopping = False
+        self.service_failure: Failure | None = None
+
+    def status(self, **fields) -> None:
+        arl_common.update_status(self.output_dir, **fields)
+
+    # -- signals and the watchdog
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stopping:
+            return  # a second signal while we shut down: keep shutting down in order
+        self.stopping = True
+        raise Interrupted(signum)
+
+    def _watch(self) -> None:
+        while not self.stopping:
+            for svc in (self.gateway, self.controller):
+                if svc is not None and svc.proc.poll() is not None and not self.stopping:
+                    self.service_failure = Failure(svc.name, f"the {svc.name} exited (code {svc.proc.returncode}): "
+                                                   f"{svc.log_tail(2)}"[:400])
+                    os.kill(os.getpid(), signal.SIGUSR1)
+                    return
+            time.sleep(0.5)
+
+    # -- the phases
+
+    def execute(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+        sys.stdout = agl_shim.RedactingStream(sys.stdout, self.key)
+        sys.stderr = agl_shim.RedactingStream(sys.stderr, self.key)
+        code, final = 0, {"status": "completed"}
+        try:
+            self.prepare_and_run()
+        except Interrupted as exc:
+            if exc.signum == signal.SIGUSR1 and self.service_failure:
+                fail = self.service_failure
+                code, final = fail.code, {"status": "failed", "failed_component": fail.component, "reason": fail.reason}
+            else:
+                code = 128 + exc.signum
+                final = {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
+        except Failure as fail:
+            code, final = fail.code, {"status": "failed", "failed_component": fail.component, "reason": fail.reason}
+        except UserError as exc:
+            code, final = exc.code, {"status": "failed", "failed_component": "preflight", "reason": exc.message}
+            arl_common.print_error(exc.message, exc.hint)
+        except Exception as exc:
+            reason = launch_config.classify_failure(f"{exc!r}\n{launch_config.log_tail(self.output_dir)}")
+            code, final = 1, {"status": "failed", "failed_component": "trainer" if self.mode == "train" else "rehearsal",
+                              "reason": reason}
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            self.stopping = True
+            leftovers = self.shutdown()
+        if final["status"] == "failed":
+            log(f"failed ({final['failed_component']}): {final['reason']}")
+        else:
+            log(final["status"])
+        self.status(**final, exit_code=code, end_time=arl_common.now_iso(), leftovers=leftovers)
+        pid_file = self.output_dir / arl_common.PID_FILE
+        if pid_file.is_file() and pid_file.read_text().strip() == str(os.getpid()):
+            pid_file.unlink()
+        return code
+
+    def prepare_and_run(self) -> None:
+        import validate_data
+
+        checks = validate_data.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
+        failed = [c for c in checks if c.status == "fail"]
+        for c in failed:
+            arl_common.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+        if failed:
+            c = failed[0]
+            raise Failure("preflight", f"{c.where + ': ' if c.where else ''}{c.message}")
+        train_rows, test_rows = launch_config.load_rows(self.input_dir)
+        plan = launch_config.build(self, train_rows, test_rows)
+        cfg = plan.cfg
+        self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
+        log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
+            f"model {plan.model}")
+        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        env = agl_shim.service_env(self.run_id, self.key, plan.agent_env)
+        self.gateway = agl_shim.start_gateway(self.output_dir / "logs", plan.model, env)
+        self.controller = agl_shim.start_controller(self.output_dir / "logs", self.gateway, plan.tuning, env)
+        cfg.agentlightning.agl_base_url = self.gateway.url
+        cfg.agentlightning.agl_key = self.key
+        self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
+                    controller_tuning=plan.tuning)
+        log(f"gateway {self.gateway.url} (pid {self.gateway.proc.pid}), controller pid {self.controller.proc.pid} "
+            f"({plan.tuning['maximum_size']} agents, poll {plan.tuning['poll_interval']} s)")
+        if self.mode == "rehearse":
+            self.rehearse(cfg, plan, train_rows, test_rows)
+        else:
+            self.train(cfg, plan, train_rows, test_rows)
+
+    def rehearse(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+        started = time.monotonic()
+        sample = train_rows[: max(0, self.args.sample)]
+        endpoint = self.args.model_endpoint
+        if not endpoint:
+            template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
+            self.oracle = rehearsal.OracleServer(rehearsal.oracle_answers(test_rows + sample, template),
+                                                 rehearsal.oracle_delay()).start()
+            endpoint = self.oracle.url
+        manager = agl_shim.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
+        try:
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, launch_config.wrap_row)
+        except OSError as exc:
+            raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
+        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
+                 "wall_s": round(time.monotonic() - started, 3)}
+        rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
+        rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
+        log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
+            f"{rep['judge_errors']} judge errors -> {self.output_dir / rehearsal.REHEARSAL_FILE}")
+        if rep["failed"]:
+            first = next(r for r in rep["rows"] if r["state"] != "succeeded")
+            raise Failure("agent", f"{rep['failed']} of {rep['rollouts']} rollouts failed; first: row "
+                                   f"{first['row_id']}: {first['error'] or first['reason']}"[:400])
+
+    def train(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+        self.ray_started = not plan.joins_ray
+        self.status(ray_started_by_run=self.ray_started)
+        wrap = launch_config.wrap_row
+        try:
+            agl_shim.run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
+        except ImportError as exc:
+            raise Failure("trainer", f"the trainer cannot be imported: {exc}", arl_common.EXIT_ENV) from None
+        except Exception as exc:
+            raise Failure("trainer", launch_config.classify_failure(
+                f"{launch_config.log_tail(self.output_dir)}\n{exc!r}")) from None
+        if plan.resumed_from is not None and not launch_config.trained_past(plan.metrics_file, plan.resumed_from):
+            raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
+                                     "total_training_steps already done?)")
+
+    def shutdown(self) -> list[int]:
+        import proc_shim
+
+        agl_shim.stop_service(self.controller, agl_shim.CONTROLLER_STOP_S)
+        if self.ray_started and "ray" in sys.modules:
+            try:
+                import ray
+
+                if ray.is_initialized():
+                    ray.shutdown()  # stops the local cluster ray.init started; never a host-wide `ray stop`
+            except Exception as exc:
+                log(f"ray.shutdown failed: {exc!r}")
+        agl_shim.stop_service(self.gateway, agl_shim.GATEWAY_STOP_S)
+        if self.oracle is not None:
+            self.oracle.stop()
+        left = proc_shim.kill_run(self.run_id, exclude_pids=[os.getpid()])
+        if left:
+            log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
+        return left
+
+
+def build_parser() -> arl_common.ArgumentParser:
+    parser = arl_common.ArgumentParser(
+        prog="main.py", description="The training job start_training.sh runs in the background.",
+        epilog="example:\n  python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse\n"
+               "  python scripts/main.py --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
+    parser.add_argument("--input-dir", help="the task folder (default: $EVO_INPUT_DIR)")
+    parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else INPUT_DIR/../outputs)")
+    parser.add_argument("--run-id", help="this run's id (default: $EVO_RUN_ID, else a new one)")
+    parser.add_argument("--config-file", help="config JSON (default: INPUT_DIR/config.json)")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1: sets trainer.n_gpus_per_node")
+    parser.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto)")
+    parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
+    parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
+    parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
+    arl_common.add_common_flags(parser, json_flag=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = build_parser()
+
+    def body(args) -> int:
+        if args.gpus and not all(g.strip().isdigit() for g in args.gpus.split(",")):
+            raise UserError(f"--gpus {args.gpus!r} is not a list of GPU indices", "write e.g. --gpus 0,1",
+                            arl_common.EXIT_USAGE)
+        if args.model_endpoint and not args.rehearse:
+            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", arl_common.EXIT_USAGE)
+        if args.sample < 0:
+            raise UserError("--sample must be >= 0", "e.g. --sample 16", arl_common.EXIT_USAGE)
+        run = Run(args, overrides)
+        run.output_dir.mkdir(parents=True, exist_ok=True)
+        handed_over = hold_lock(run.output_dir)
+        init_status(run.output_dir, handed_over, {
+            "run_id": run.run_id, "input_dir": str(run.input_dir), "output_dir": str(run.output_dir),
+            "config_file": args.config_file, "mode": run.mode, "gpus": run.gpus, "pid": os.getpid(),
+            "pgid": os.getpgid(0)})
+        return run.execute()
+
+    return arl_common.run_cli(body, parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

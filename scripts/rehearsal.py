@@ -1,0 +1,207 @@
+"""The CPU rehearsal: main.py plays the trainer's part against the real gateway, controller and agents.
+
+The model is an oracle served here on 127.0.0.1 that answers like vLLM (top-level
+`prompt_token_ids`, `choices[0].token_ids`, and `logprobs.content[].logprob` when logprobs are
+asked for, i.e. in train mode) with the ground truth of the row whose rendered prompt it gets.
+Or, with --model-endpoint, a real OpenAI-compatible server. Rollouts are created and read back
+through the trainer's own client, AglRolloutManager, so the rehearsal crosses the same data
+path as training: test rows as validation rollouts (1 each), then --sample N train rows with
+`rollout.n` rollouts each.
+
+    >>> srv = OracleServer({"Solve: 1+2": "3"}); srv.start(); srv.url.startswith("http://127.0.0.1:")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import arl_common
+
+REHEARSAL_FILE = "rehearsal.json"
+# Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
+ORACLE_DELAY_ENV = "ARL_REHEARSAL_ORACLE_DELAY_S"
+
+
+def _tokens(text: str) -> list[int]:
+    """A deterministic stand-in tokenisation: the UTF-8 bytes."""
+    return list(text.encode("utf-8"))
+
+
+class OracleServer:
+    """A chat/completions endpoint that answers each known prompt with its row's ground truth."""
+
+    def __init__(self, answers: dict[str, str], delay_s: float = 0.0):
+        self.answers = answers
+        self.delay_s = delay_s
+        self.unknown = 0
+        self.calls = 0
+        oracle = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    payload = oracle.answer(body)
+                    code = 200
+                except (ValueError, TypeError, KeyError) as exc:
+                    payload, code = {"error": {"message": f"bad request: {exc}"}}, 400
+                raw = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: Any) -> None:  # no per-request lines in training.log
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="oracle", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> OracleServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, body: dict) -> dict:
+        self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        messages = body.get("messages") or []
+        prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+        text = self.answers.get(prompt)
+        if text is None:
+            self.unknown += 1
+            text = ""
+        prompt_ids = _tokens("".join(str(m.get("content", "")) for m in messages))
+        ids = _tokens(text)
+        finish = "stop"
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        if isinstance(limit, int) and limit >= 0 and len(ids) > limit:
+            ids, text, finish = ids[:limit], bytes(ids[:limit]).decode("utf-8", "ignore"), "length"
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "finish_reason": finish, "token_ids": ids}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": str(i), "logprob": 0.0, "top_logprobs": []} for i in ids]}
+        return {"id": f"oracle-{self.calls}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", "oracle"), "prompt_token_ids": prompt_ids, "choices": [choice],
+                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
+                          "total_tokens": len(prompt_ids) + len(ids)}}
+
+
+def oracle_answers(rows: list[dict], template: str) -> dict[str, str]:
+    """Rendered prompt -> ground truth text. Two rows with one prompt: the first one's answer wins."""
+    answers: dict[str, str] = {}
+    for row in rows:
+        answers.setdefault(arl_common.render_template(template, row), arl_common.response_text(row.get("ground_truth")))
+    return answers
+
+
+def _reward_data(completed: Any) -> dict:
+    for event in reversed(completed.events):
+        if event.get("event_type") == "reward":
+            return event.get("data") or {}
+    return {}
+
+
+def summarize(completed: list, rows: list[dict], split: str) -> list[dict]:
+    """One result per rollout: row, reward, the agent's reason, latency, state, training-data turns."""
+    out = []
+    for item in completed:
+        row = rows[item.sample_idx_in_step]
+        data = _reward_data(item)
+        finished = item.finished_at or time.time()
+        out.append({
+            "split": split, "row": item.sample_idx_in_step, "row_id": row.get("id"), "rollout_id": item.rollout_id,
+            "state": str(getattr(item.rollout_state, "value", item.rollout_state)),
+            "reward": item.final_reward, "reason": data.get("reason"), "error": item.error_message,
+            "latency_s": round(finished - item.enqueue_time, 3),
+            "queue_s": round((item.running_at or finished) - item.enqueue_time, 3),
+            "training_turns": len(item.triplets or []),
+        })
+    return sorted(out, key=lambda r: (r["row"], r["rollout_id"]))
+
+
+def _mean(values: list) -> float | None:
+    nums = [v for v in values if isinstance(v, (int, float))]
+    return round(sum(nums) / len(nums), 6) if nums else None
+
+
+def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_rows: list[dict],
+          wrap: Any) -> dict:
+    """Register the model, run the validation rollouts, then the sampled train rollouts; time each."""
+    timings: dict[str, float] = {}
+    manager.delete_model()
+    manager.register_model([endpoint])
+    results: list[dict] = []
+    for split, rows, is_train in (("test", test_rows, False), ("train", train_rows, True)):
+        if not rows:
+            continue
+        started = time.monotonic()
+        completed = manager.enqueue_and_wait_until_completed({"arl_row": [wrap(r)["arl_row"] for r in rows],
+                                                              "index": list(range(len(rows)))}, is_train=is_train)
+        timings[f"{split}_s"] = round(time.monotonic() - started, 3)
+        results += summarize(completed, rows, split)
+    return {"results": results, "timings": timings}
+
+
+def report(results: list[dict], timings: dict, extra: dict) -> dict:
+    by_split = {}
+    for split in ("test", "train"):
+        rows = [r for r in results if r["split"] == split]
+        if rows:
+            by_split[split] = {"rollouts": len(rows), "mean_reward": _mean([r["reward"] for r in rows]),
+                               "failed": sum(r["state"] != "succeeded" for r in rows),
+                               "no_reward": sum(r["reward"] is None for r in rows),
+                               "no_training_data": sum(r["training_turns"] == 0 for r in rows)}
+    return {"mean_reward": _mean([r["reward"] for r in results]),
+            "failed": sum(r["state"] != "succeeded" for r in results),
+            "judge_errors": sum(1 for r in results if (r["reason"] or "").startswith("judge error")),
+            "rollouts": len(results), "splits": by_split, "timings": timings, **extra, "rows": results}
+
+
+def metrics_lines(rep: dict) -> list[dict]:
+    """The rehearsal in VERL's file-logger format, so check_status and run_metrics read it like a run."""
+    lines = []
+    test, train = rep["splits"].get("test"), rep["splits"].get("train")
+    if test:
+        lines.append({"step": 0, "data": {"val/reward": test["mean_reward"], "val/n_rollouts": test["rollouts"],
+                                          "rehearsal/failed": test["failed"],
+                                          "timing_s/testing": rep["timings"].get("test_s")}})
+    if train:
+        lines.append({"step": 1, "data": {"training/reward": train["mean_reward"],
+                                          "training/n_rollouts": train["rollouts"],
+                                          "training/n_rollouts_w_reward": train["rollouts"] - train["no_reward"],
+                                          "rehearsal/failed": train["failed"],
+                                          "timing_s/step": rep["timings"].get("train_s")}})
+    return lines
+
+
+def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
+    arl_common.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
+    with open(metrics_file, "a", encoding="utf-8") as fh:
+        for line in metrics_lines(rep):
+            fh.write(json.dumps(line) + "\n")
+
+
+def oracle_delay() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ORACLE_DELAY_ENV) or 0))
+    except ValueError:
+        return 0.0

@@ -68,7 +68,8 @@ def child_main() -> int:
     with open(rows_file, encoding="utf-8") as fh:
         rows = json.load(fh)
     judge_path = os.path.abspath(os.path.join(input_dir, "judge.py"))
-    sys.path.insert(0, input_dir)  # judge.py may import helpers that sit next to it
+    # sys.path as the training agent has it (arl_common.load_judge does the same there), so a judge
+    # that passes here imports the same way in training.
     try:
         fn = arl_common.load_judge(input_dir)
     except arl_common.UserError as exc:

@@ -83,12 +83,11 @@ def test_subprocess_from_another_cwd_and_env_default(example_task, tmp_path):
 
 
 def test_input_folder_is_never_modified(example_task, capsys, monkeypatch):
-    # A judge that writes into its cwd and imports a helper next to it: neither may leave a trace,
-    # nor may __pycache__ even where the environment allows bytecode files.
+    # A judge that writes into its cwd may not leave a trace, nor may __pycache__ even where the
+    # environment allows bytecode files.
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    (example_task / "helper.py").write_text("SCORE = 1.0\n")
-    (example_task / "judge.py").write_text(JUDGE_HEAD + "    import helper\n    open('scratch.txt', 'w').write('x')\n"
-                                           "    return helper.SCORE if response else 0.0\n")
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    open('scratch.txt', 'w').write('x')\n"
+                                           "    return 1.0 if response else 0.0\n")
     before = snapshot(example_task)
     assert validate_data.main([str(example_task), "--json"]) == 0
     assert snapshot(example_task) == before

@@ -136,5 +136,21 @@ class TemplateJudgeAgent:
             raise SystemExit(code)  # the worker wrapper maps a non-zero exit to a FAILED rollout
 
 
+def main(argv: list[str] | None = None) -> int:
+    """By hand: one rollout from the environment (see the module docstring); --help for the variables."""
+    parser = arl_common.ArgumentParser(prog="arl_agent.py", description=__doc__.split("\n\n")[0],
+                                       epilog="environment: ARL_ROW, ARL_INPUT_DIR, ARL_OUTPUT_DIR, "
+                                              "ARL_MODEL_TIMEOUT_S, AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL")
+    def body(_args) -> int:
+        missing = [name for name in ("ARL_ROW", "ARL_INPUT_DIR", "AGL_OPENAI_BASE_URL", "AGL_EVENT_URL")
+                   if not os.environ.get(name)]
+        if missing:
+            raise arl_common.UserError(f"environment variables not set: {', '.join(missing)}",
+                                       "the controller sets them for each rollout; see --help", arl_common.EXIT_USAGE)
+        return run_rollout()
+
+    return arl_common.run_cli(body, parser, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(run_rollout())
+    sys.exit(main())

@@ -229,11 +229,11 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         cfg, info = verl_shim.compose_config(user_cfg, list(run.overrides))
     except Exception as exc:
         raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
-    agent = arl_common.load_agent_config(run.input_dir)
-    model = resolve_model(agent["model_name"], rehearse)
     ckpt = out / arl_common.CHECKPOINTS_DIR
     ckpt.mkdir(parents=True, exist_ok=True)
     mode, resumed_from = resume_plan(user_cfg, list(run.overrides), ckpt, args.resume, rehearse)
+    agent = arl_common.load_agent_config(run.input_dir)
+    model = resolve_model(agent["model_name"], rehearse)
     attempt, metrics_file = next_metrics_file(out)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)

@@ -6,15 +6,16 @@ Usage:
                  [--min-free-frac F] [--config config.json] [--json | --export]
     check_gpu.py --ray-address HOST:PORT --config config.json [--required N] [--json]
 
-Example (8 GPUs, two of them busy):
+Example (4x H200, GPU 0 busy; this output was produced with the fake NVML of tests/fake_nvml.py):
     $ python scripts/check_gpu.py --required 2
-    gpu  name         util %  memory used/total     processes               free  selected  why not
-    ---  -----------  ------  --------------------  ----------------------  ----  --------  ---------------------------------
-    0    NVIDIA H200  97      120.3/140.4 GiB (86%)  4242 python 120.0 GiB   no              utilization 97% (limit < 20%); ...
-    1    NVIDIA H200  0       0.5/140.4 GiB (0%)                            yes   yes
-    ...
-    CUDA_VISIBLE_DEVICES=1,2
-    $ eval "$(python scripts/check_gpu.py --required 2 --export)"   # export CUDA_VISIBLE_DEVICES=1,2
+    gpu    name         uuid                                      util %    memory used/total      processes              free    selected    why not
+    -----  -----------  ----------------------------------------  --------  ---------------------  ---------------------  ------  ----------  ----------------------------------
+    0      NVIDIA H200  GPU-00000000-0000-4000-8000-000000000000  97        120.5/140.4 GiB (86%)  10965 sleep 120.0 GiB  no                  memory 86% used (limit < 10%); ...
+    1      NVIDIA H200  GPU-00000001-0000-4000-8000-000000000001  0         0.5/140.4 GiB (0%)                            yes     yes
+    2      NVIDIA H200  GPU-00000002-0000-4000-8000-000000000002  3         0.5/140.4 GiB (0%)                            yes
+    3      NVIDIA H200  GPU-00000003-0000-4000-8000-000000000003  0         0.5/140.4 GiB (0%)                            yes     yes
+    CUDA_VISIBLE_DEVICES=1,3
+    $ eval "$(python scripts/check_gpu.py --required 2 --export)"   # runs: export CUDA_VISIBLE_DEVICES=1,3
 
 `selected` (and the export line) are physical NVML indices, in PCI bus order, whatever
 CUDA_VISIBLE_DEVICES held before: the export line replaces that variable, it does not index into it.
@@ -23,11 +24,8 @@ CUDA_VISIBLE_DEVICES held before: the export line replaces that variable, it doe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import socket
 import sys
-from pathlib import Path
 
 import arl_common
 from arl_common import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
@@ -235,76 +233,10 @@ def render_local(data: dict) -> str:
 # --------------------------------------------------------------------------- Ray cluster
 
 
-def _probe(address: str, timeout: float = 5.0) -> None:
-    """Fail fast on an address nobody listens on: ray.init would retry for a minute."""
-    if address == "auto":
-        return
-    host, _, port = address.split("://")[-1].rpartition(":")
-    if not port.isdigit():
-        raise UserError(f"--ray-address {address!r} is not HOST:PORT", "pass e.g. --ray-address 10.0.0.1:6379", EXIT_USAGE)
-    try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc})",
-                        "start one (ray start --head ...) or fix --ray-address / RAY_ADDRESS", EXIT_ENV) from None
-
-
-def _ray_nodes_here(address: str) -> list[dict]:
-    """Ray's own resource view, per node (runs inside the child that read_ray_nodes starts)."""
-    import ray
-
-    # Ray's banner would land on stdout, which carries this function's JSON.
-    with contextlib.redirect_stdout(sys.stderr):
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    try:
-        nodes = ray.nodes()
-        try:  # what ray.util itself uses for per-node availability (a DeveloperAPI)
-            from ray._private.state import available_resources_per_node
-            avail = available_resources_per_node()
-        except ImportError:
-            live = [n["NodeID"] for n in nodes if n.get("Alive")]
-            avail = {live[0]: ray.available_resources()} if len(live) == 1 else {}
-    finally:
-        ray.shutdown()
-    out = []
-    for node in nodes:
-        total, free = node.get("Resources") or {}, avail.get(node["NodeID"], {})
-        alive = bool(node.get("Alive"))
-        out.append({"node_id": node["NodeID"], "address": node.get("NodeManagerAddress"), "alive": alive,
-                    "gpus_total": total.get("GPU", 0), "gpus_available": free.get("GPU", 0) if alive else 0,
-                    "cpus_total": total.get("CPU", 0), "cpus_available": free.get("CPU", 0) if alive else 0})
-    return out
-
-
-def read_ray_nodes(address: str, timeout: float = 60.0) -> list[dict]:
-    """Per node of the cluster: {node_id, address, alive, gpus_total, gpus_available, cpus_total,
-    cpus_available}. ray.init runs in a child process with a deadline: it retries a GCS it cannot
-    reach for ever, and a hung driver must not hang the gate."""
-    import importlib.util
-    import json
-    import subprocess
-
-    if importlib.util.find_spec("ray") is None:
-        raise UserError("Ray mode needs the ray package", "pip install 'ray[default]' (the bundle's [ray] extra)",
-                        EXIT_ENV)
-    _probe(address)
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import check_gpu; "
-            "print(json.dumps(check_gpu._ray_nodes_here(sys.argv[1])))")
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"the Ray cluster at {address} did not answer within {timeout:g} s",
-                        "check that this host can reach the head node's GCS port and every node's IP", EXIT_ENV) from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"cannot read the Ray cluster at {address}: {last}",
-                        "check the address (ray status --address ADDR) and the Ray version on both sides", EXIT_ENV)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def ray_report(address: str, nnodes: int, per_node: int, timeout: float = 60.0) -> dict:
-    nodes = read_ray_nodes(address, timeout)
+    import ray_shim
+
+    nodes = ray_shim.read_ray_nodes(address, timeout)
     warnings = []
     for node in nodes:
         node["ok"] = node["alive"] and node["gpus_available"] >= per_node
@@ -364,8 +296,18 @@ def _non_negative(text: str) -> float:
     return value
 
 
+EPILOG = """examples:
+  check_gpu.py --required 2 --json              # data.selected: physical GPU indices
+  eval "$(check_gpu.py --required 2 --export)"  # export CUDA_VISIBLE_DEVICES=1,3
+  check_gpu.py --ray-address 10.0.0.1:6379 --config config.json
+
+here: 0 = N free GPUs selected (or the Ray cluster offers them); 1 = not enough (the hint says:
+wait, lower trainer.n_gpus_per_node, or stop the processes named in the table); 3 = no NVIDIA
+driver/NVML, or no Ray cluster at the address. Details: references/gpu-and-memory.md"""
+
+
 def build_parser() -> arl_common.ArgumentParser:
-    p = arl_common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0])
+    p = arl_common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--required", type=_positive, metavar="N",
                    help="GPUs needed (default: trainer.n_gpus_per_node from --config)")
     p.add_argument("--max-util", type=_percent, default=20.0, metavar="PCT",
@@ -374,7 +316,7 @@ def build_parser() -> arl_common.ArgumentParser:
     p.add_argument("--max-mem", type=_percent, default=10.0, metavar="PCT",
                    help="... and below this %% of its memory used (default 10: an idle card shows ~1%% for the "
                         "driver's reserve, while any loaded model or vLLM pool takes far more)")
-    p.add_argument("--samples", type=_positive, default=3, help="utilization readings, the max counts (default 3)")
+    p.add_argument("--samples", type=_positive, default=3, metavar="N", help="utilization readings, the max counts (default 3)")
     p.add_argument("--interval", type=_non_negative, default=0.5, metavar="S", help="seconds between readings (0.5)")
     p.add_argument("--min-free-frac", type=_fraction, metavar="F",
                    help="also need F of memory free: vLLM refuses to start below its gpu_memory_utilization "

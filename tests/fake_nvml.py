@@ -65,7 +65,7 @@ class FakeNvml(types.ModuleType):
             if name.startswith(("NVMLError", "NVML_")):
                 setattr(self, name, getattr(real, name))
         for i, gpu in enumerate(gpus):
-            gpu.uuid = gpu.uuid or f"GPU-{i:08x}-fake-4000-8000-{i:012x}"
+            gpu.uuid = gpu.uuid or f"GPU-{i:08x}-0000-4000-8000-{i:012x}"
         self.gpus = gpus
         self.init_error = init_error
         self.driver_version = driver_version

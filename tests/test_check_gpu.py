@@ -13,7 +13,7 @@ import fake_nvml
 import nvml_shim
 import pynvml as real_pynvml
 import pytest
-from conftest import run_script
+from conftest import ROOT, run_script
 from fake_nvml import GIB, FakeGpu, FakeNvml
 
 USED_IDLE = 512 * 1024**2
@@ -307,11 +307,11 @@ def test_shim_gpu_processes_and_lazy_init(monkeypatch, sleeper):
         nvml_shim.gpu_processes()
 
 
-def test_shim_import_loads_no_nvml():
-    code = "import sys; sys.path.insert(0, 'scripts'); import nvml_shim, check_gpu; print('pynvml' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=check_gpu.Path(check_gpu.__file__).parents[1])
-    assert proc.stdout.strip() == "False"
+def test_shim_import_loads_no_nvml_and_no_ray():
+    code = ("import sys; sys.path.insert(0, 'scripts'); import nvml_shim, ray_shim, check_gpu; "
+            "print('pynvml' in sys.modules, 'ray' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.strip() == "False False", proc.stderr
 
 
 # --------------------------------------------------------------------------- the real host

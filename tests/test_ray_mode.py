@@ -20,6 +20,7 @@ from pathlib import Path
 import check_gpu
 import proc_shim
 import pytest
+import ray_shim
 from conftest import run_script
 
 RAY = Path(sys.executable).with_name("ray")
@@ -141,3 +142,11 @@ def test_nobody_listening_exits_3_fast(capsys):
     code = check_gpu.main(["--ray-address", f"127.0.0.1:{free_port()}", "--required", "1"])
     err = capsys.readouterr().err
     assert code == 3 and "Error: no Ray cluster answers at 127.0.0.1:" in err and "Traceback" not in err
+
+
+def test_address_without_port_is_a_usage_error(capsys):
+    with pytest.raises(ray_shim.UserError) as info:
+        ray_shim.read_ray_nodes("head-node-without-port")
+    assert info.value.code == 2
+    assert check_gpu.main(["--ray-address", "head-node-without-port", "--required", "1"]) == 2
+    assert "is not HOST:PORT" in capsys.readouterr().err

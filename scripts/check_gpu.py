@@ -306,6 +306,13 @@ wait, lower trainer.n_gpus_per_node, or stop the processes named in the table); 
 driver/NVML, or no Ray cluster at the address. Details: references/gpu-and-memory.md"""
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> arl_common.ArgumentParser:
     p = arl_common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--required", type=_positive, metavar="N",
@@ -324,7 +331,7 @@ def build_parser() -> arl_common.ArgumentParser:
     p.add_argument("--config", metavar="config.json", help="the task's config.json (GPU count, nnodes, F)")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="check an existing Ray cluster instead of this host (default: $RAY_ADDRESS)")
-    p.add_argument("--ray-timeout", type=_non_negative, default=60.0, metavar="S",
+    p.add_argument("--ray-timeout", type=_seconds, default=60.0, metavar="S",
                    help="give up on the Ray cluster after S seconds (default 60)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON envelope on stdout")

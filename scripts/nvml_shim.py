@@ -101,7 +101,10 @@ def read_gpus(samples: int = 1, interval: float = 0.0) -> list[dict]:
     used_memory}], unsupported?: [field], error?: str}. Raises NvmlUnavailable."""
     samples = max(1, int(samples))
     with _session() as pynvml:
-        count = pynvml.nvmlDeviceGetCount()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML cannot count the GPUs: {exc} ({type(exc).__name__})") from None
         entries = [_blank(i) for i in range(count)]
         handles: dict[int, Any] = {}
         for entry in entries:

@@ -59,7 +59,8 @@ class _Handle:
 
 
 class FakeNvml(types.ModuleType):
-    def __init__(self, gpus: list[FakeGpu], init_error: type | None = None, driver_version: str = "570.133.20"):
+    def __init__(self, gpus: list[FakeGpu], init_error: type | None = None, driver_version: str = "570.133.20",
+                 count_error: type | None = None):
         super().__init__("pynvml")
         for name in dir(real):  # the real exception classes and NVML_* constants
             if name.startswith(("NVMLError", "NVML_")):
@@ -68,6 +69,7 @@ class FakeNvml(types.ModuleType):
             gpu.uuid = gpu.uuid or f"GPU-{i:08x}-0000-4000-8000-{i:012x}"
         self.gpus = gpus
         self.init_error = init_error
+        self.count_error = count_error
         self.driver_version = driver_version
         self.init_count = 0
         self.calls: list[str] = []
@@ -105,6 +107,8 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetCount(self) -> int:
         self.calls.append("nvmlDeviceGetCount")
         self._need_init()
+        if self.count_error is not None:
+            raise self.count_error()
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:

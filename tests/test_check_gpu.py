@@ -3,8 +3,10 @@ scenario, plus the real script on this host (no driver: exit 3)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -192,6 +194,12 @@ def test_no_driver_exits_3_in_one_line(monkeypatch, capsys, error, words):
     assert code == 3 and doc["ok"] is False and words in doc["error"]["message"]
 
 
+def test_nvml_that_cannot_count_exits_3(monkeypatch, capsys):
+    fake = FakeNvml([FakeGpu()], count_error=real_pynvml.NVMLError_Unknown)
+    code, out, err = run(monkeypatch, capsys, fake, "--required", "1")
+    assert code == 3 and "Error: NVML cannot count the GPUs: Unknown Error (NVMLError_Unknown)" in err
+
+
 def test_no_nvidia_ml_py(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
     assert check_gpu.main(["--required", "1"]) == 3
@@ -289,6 +297,7 @@ def test_cpu_warning_on_a_narrow_affinity(monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv", [["--required", "0"], ["--required", "1", "--json", "--export"],
                                   ["--required", "1", "--max-util", "0"], ["--required", "1", "--min-free-frac", "2"],
+                                  ["--required", "1", "--ray-timeout", "0"],
                                   []])
 def test_usage_errors_exit_2(monkeypatch, capsys, argv):
     fake_nvml.install(monkeypatch, FakeNvml([FakeGpu()]))
@@ -305,6 +314,19 @@ def test_shim_gpu_processes_and_lazy_init(monkeypatch, sleeper):
     fake_nvml.install(monkeypatch, FakeNvml([], init_error=real_pynvml.NVMLError_LibraryNotFound))
     with pytest.raises(nvml_shim.NvmlUnavailable):
         nvml_shim.gpu_processes()
+
+
+def test_fake_mirrors_the_real_module():
+    """Every NVML call the shim makes exists in nvidia-ml-py with the fake's parameters."""
+    shim_calls = set(re.findall(r"pynvml\.(nvml\w+)", (ROOT / "scripts" / "nvml_shim.py").read_text()))
+    assert {"nvmlInit", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetComputeRunningProcesses"} <= shim_calls
+    fake = FakeNvml([FakeGpu()])
+    for name in shim_calls:
+        assert list(inspect.signature(getattr(real_pynvml, name)).parameters) == \
+            list(inspect.signature(getattr(fake, name)).parameters), name
+    assert {"total", "free", "used"} <= {f[0] for f in real_pynvml.c_nvmlMemory_t._fields_}
+    shim_errors = set(re.findall(r"pynvml\.(NVMLError_\w+)", (ROOT / "scripts" / "nvml_shim.py").read_text()))
+    assert shim_errors and all(getattr(fake, e) is getattr(real_pynvml, e) for e in shim_errors)
 
 
 def test_shim_import_loads_no_nvml_and_no_ray():

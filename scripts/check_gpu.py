@@ -150,7 +150,7 @@ def cpu_warning(cpus: int, n: int, where: str = "this host") -> str | None:
     if cpus >= needed:
         return None
     return (f"{where} offers {cpus} CPUs; VERL asks Ray for {CPUS_PER_GPU} per GPU plus 1 for its TaskRunner "
-            f"({needed} for {n} GPUs) and without them waits forever for its placement group")
+            f"({needed} for {n} GPU{'s' if n != 1 else ''}) and without them waits forever for its placement group")
 
 
 def local_report(n: int, max_util: float, max_mem: float, samples: int, interval: float,

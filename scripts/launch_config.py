@@ -144,6 +144,7 @@ class Plan:
     metrics_file: Path
     joins_ray: bool
     resumed_from: int | None
+    info: dict
     status: dict = field(default_factory=dict)
 
 
@@ -274,7 +275,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
             raise Failure("config", f"VERL's validate_config: {errors[0]}"[:400])
     save_resolved(out, cfg, info)
     joins = bool(os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address"))
-    return Plan(cfg, model, tuning, agent_env, metrics_file, joins, resumed_from,
+    return Plan(cfg, model, tuning, agent_env, metrics_file, joins, resumed_from, info,
                 {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
                  "total_training_steps": steps, "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
 
@@ -293,5 +294,5 @@ def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:
             "# VERL's defaults were NOT merged (verl's config files not found): this is Agent Lightning's\n"
             "# config.yaml + config.json + overrides only; keys VERL would add are absent.\n")
     head += f"# sources: {json.dumps({k: v for k, v in info.items() if k != 'verl_defaults_merged'}, default=str)}\n"
-    head += "# agentlightning.agl_key is redacted; agl_base_url is set when the gateway is up.\n"
+    head += "# agentlightning.agl_key is redacted.\n"
     arl_common.atomic_write_text(output_dir / "resolved_config.yaml", head + text)

@@ -131,31 +131,15 @@ class Run:
             signal.signal(sig, self._on_signal)
         sys.stdout = agl_shim.RedactingStream(sys.stdout, self.key)
         sys.stderr = agl_shim.RedactingStream(sys.stderr, self.key)
-        code, final = 0, {"status": "completed"}
+        outcome: BaseException | None = None
         try:
             self.prepare_and_run()
-        except Interrupted as exc:
-            if exc.signum == signal.SIGUSR1 and self.service_failure:
-                fail = self.service_failure
-                code, final = fail.code, {"status": "failed", "failed_component": fail.component, "reason": fail.reason}
-            else:
-                code = 128 + exc.signum
-                final = {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
-        except Failure as fail:
-            code, final = fail.code, {"status": "failed", "failed_component": fail.component, "reason": fail.reason}
-        except UserError as exc:
-            code, final = exc.code, {"status": "failed", "failed_component": "preflight", "reason": exc.message}
-            arl_common.print_error(exc.message, exc.hint)
-        except Exception as exc:
-            reason = launch_config.classify_failure(f"{exc!r}\n{launch_config.log_tail(self.output_dir)}")
-            code, final = 1, {"status": "failed", "failed_component": "trainer" if self.mode == "train" else "rehearsal",
-                              "reason": reason}
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            self.stopping = True
-            leftovers = self.shutdown()
+        except BaseException as exc:
+            self.stopping = True  # first: from here on a signal no longer raises, shutdown runs in order
+            outcome = exc
+        self.stopping = True
+        code, final = self.outcome(outcome)
+        leftovers = self.shutdown()
         if final["status"] == "failed":
             log(f"failed ({final['failed_component']}): {final['reason']}")
         else:
@@ -165,6 +149,42 @@ class Run:
         if pid_file.is_file() and pid_file.read_text().strip() == str(os.getpid()):
             pid_file.unlink()
         return code
+
+    def outcome(self, exc: BaseException | None) -> tuple[int, dict]:
+        """(exit code, final status fields) for how the run ended."""
+        if exc is None:
+            return 0, {"status": "completed"}
+        if isinstance(exc, Interrupted) and not (exc.signum == signal.SIGUSR1 and self.service_failure):
+            return 128 + exc.signum, {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
+        if isinstance(exc, Interrupted):
+            exc = self.service_failure
+        if isinstance(exc, UserError):
+            arl_common.print_error(exc.message, exc.hint)
+            exc = Failure("preflight", exc.message, exc.code)
+        if not isinstance(exc, Failure):
+            import traceback
+
+            traceback.print_exception(exc)
+            component = "trainer" if self.mode == "train" else "rehearsal"
+            exc = Failure(component, launch_config.classify_failure(
+                f"{launch_config.log_tail(self.output_dir)}\n{exc!r}"))
+        return exc.code, {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
+
+    def start_services(self, plan) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("agentlightning") is None:
+            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", arl_common.EXIT_ENV)
+        env = agl_shim.service_env(self.run_id, self.key, plan.agent_env)
+        for name in ("gateway", "controller"):
+            try:
+                if name == "gateway":
+                    self.gateway = agl_shim.start_gateway(self.output_dir / "logs", plan.model, env)
+                else:
+                    self.controller = agl_shim.start_controller(self.output_dir / "logs", self.gateway, plan.tuning,
+                                                                env)
+            except UserError as exc:
+                raise Failure(name, exc.message) from None
 
     def prepare_and_run(self) -> None:
         import validate_data
@@ -183,10 +203,9 @@ class Run:
         log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
             f"model {plan.model}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
-        env = agl_shim.service_env(self.run_id, self.key, plan.agent_env)
-        self.gateway = agl_shim.start_gateway(self.output_dir / "logs", plan.model, env)
-        self.controller = agl_shim.start_controller(self.output_dir / "logs", self.gateway, plan.tuning, env)
+        self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
+        launch_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
         cfg.agentlightning.agl_key = self.key
         self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
                     controller_tuning=plan.tuning)

@@ -348,3 +348,32 @@ def test_agent_score_turns_judge_failures_into_zero(example_task):
 def test_agent_without_its_environment_is_a_usage_error():
     proc = run_script("arl_agent.py")
     assert proc.returncode == 2 and "ARL_ROW" in proc.stderr
+
+
+def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(example_task, tmp_path, runs):
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse", env={rehearsal.ORACLE_DELAY_ENV: "2"})
+    st = wait_for(out, lambda s: s.get("status") == "running")
+    controller = psutil.Process(st["services"]["controller"]["pid"])
+    wait_for(out, lambda s: len(controller.children()) > 0, 30)  # agents live, in their own sessions
+    controller.kill()  # SIGKILL: it cannot kill its agents; main.py must, by run id
+    final = wait_done(out, 60)
+    assert final["status"] == "failed" and final["failed_component"] == "controller", final
+    assert "exited" in final["reason"]
+    assert_run_gone(final)
+
+
+def test_an_unreachable_model_endpoint_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
+    cut_rows(example_task, "test.jsonl", 2)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{port}/v1")
+    final = wait_done(out, 120)
+    assert final["status"] == "failed" and final["failed_component"] == "agent", final
+    rep = json.loads((out / "rehearsal.json").read_text())
+    assert rep["failed"] == 2 and all(r["reward"] == 0.0 for r in rep["rows"])
+    assert all("model call failed" in r["reason"] for r in rep["rows"])

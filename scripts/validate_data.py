@@ -335,9 +335,24 @@ def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
 def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
     if cfg is None:
         return []
-    import config_checks  # H2's module: schema, did-you-mean, VERL cross-field rules
-
+    try:
+        import config_checks  # the schema, did-you-mean and VERL cross-field rules
+    except ImportError as exc:  # a damaged bundle: say so, but let the data checks stand
+        return [Check("config.json", "warn", f"keys and VERL rules not checked: {exc}",
+                      "reinstall the bundle: scripts/config_checks.py belongs to it", "config.json")]
     return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
+
+
+def train_batch_size(cfg: dict) -> int | None:
+    """data.train_batch_size as VERL will use it (the user's value, else the default)."""
+    try:
+        import config_checks
+    except ImportError:
+        data = cfg.get("data")
+        value = data.get("train_batch_size") if isinstance(data, dict) else None
+    else:
+        value = config_checks.effective(cfg, "data.train_batch_size")
+    return value if type(value) is int else None
 
 
 def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
@@ -360,12 +375,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     checks = file_checks(input_dir) + agent_checks(input_dir)
     template, fields, template_checks = read_template(input_dir)
     cfg, cfg_checks = read_config(input_dir)
-    batch = None
-    if cfg is not None:
-        import config_checks
-
-        value = config_checks.effective(cfg, "data.train_batch_size")
-        batch = value if type(value) is int else None
+    batch = train_batch_size(cfg) if cfg is not None else None
     rows_checks, info = data_checks(input_dir, fields, batch, sample)
     train = info.get("train.jsonl", {})
     data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),

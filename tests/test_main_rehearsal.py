@@ -213,11 +213,18 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
     cfg = json.loads((example_task / "config.json").read_text())
     cfg["trainer"]["save_freq"] = -1
     (example_task / "config.json").write_text(json.dumps(cfg))
-    launch(example_task, out, "--rehearse", "--resume")
-    st = wait_done(out, 60)
+    started = launch(example_task, out, "--rehearse", "--resume")
+    if started is not None:  # start_training.sh refuses before anything starts
+        assert started.returncode == 1, started.stderr
+        assert "nothing to resume" in started.stderr and "save_freq was -1" in started.stderr
+    # main.py checks again (it also runs by hand, in the foreground)
+    by_hand = run_script("main.py", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                         "--resume", "--run-id", f"test-resume-{os.getpid()}")
+    assert by_hand.returncode == 1, by_hand.stderr
+    st = arl_common.read_status(out)
     assert st["status"] == "failed" and st["failed_component"] == "config" and st["exit_code"] == 1
     assert "nothing to resume" in st["reason"] and "save_freq was -1" in st["reason"]
-    assert not (out / "rehearsal.json").exists()
+    assert not (out / "rehearsal.json").exists() and not (out / arl_common.PID_FILE).exists()
 
 
 def make_checkpoint(out: Path, step: int) -> None:
@@ -364,16 +371,28 @@ def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(exam
     assert_run_gone(final)
 
 
-def test_an_unreachable_model_endpoint_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
+def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Reject(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.send_error(400, "no such model")  # not retried by the gateway (5xx would be, 6 times)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     cut_rows(example_task, "test.jsonl", 2)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
     out = tmp_path / "out"
     runs.append(out)
-    launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{port}/v1")
-    final = wait_done(out, 120)
+    try:
+        launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{server.server_address[1]}/v1")
+        final = wait_done(out, 60)
+    finally:
+        server.shutdown()
     assert final["status"] == "failed" and final["failed_component"] == "agent", final
     rep = json.loads((out / "rehearsal.json").read_text())
     assert rep["failed"] == 2 and all(r["reward"] == 0.0 for r in rep["rows"])
-    assert all("model call failed" in r["reason"] for r in rep["rows"])
+    assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]

@@ -7,7 +7,8 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
                                       (rehearsal: an unresolvable name warns and is kept as is)
     trainer.n_gpus_per_node           len(--gpus), when given
     trainer.default_local_dir         O/checkpoints, absolute (VERL's default is relative to a Ray actor's cwd)
-    trainer.logger                    + "file", VERL_FILE_LOGGER_PATH = O/metrics/attempt-NNNN.jsonl,
+    trainer.logger                    + "file" (console only when unset: VERL's default adds wandb),
+                                      VERL_FILE_LOGGER_PATH = O/metrics/attempt-NNNN.jsonl,
                                       a new file per start (VERL truncates its file on open);
                                       O/metrics.jsonl links to the newest
     ray_kwargs.ray_init.runtime_env.env_vars   VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
@@ -201,9 +202,12 @@ def resume_plan(user_cfg: dict, overrides: list[str], ckpt_dir: Path, resume: bo
     step = latest_checkpoint(ckpt_dir)
     if resume:
         if step is None:
-            import config_checks
+            try:
+                import config_checks
 
-            save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
+                save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
+            except ImportError:  # H2's module absent: the user's value, else VERL's default
+                save_freq = (user_cfg.get("trainer") or {}).get("save_freq", -1)
             cause = (f"trainer.save_freq was {save_freq}, so the earlier run never saved one"
                      if isinstance(save_freq, int) and save_freq <= 0 else "no earlier run saved one here")
             raise Failure("config", f"nothing to resume: no checkpoint in {ckpt_dir} ({TRACKER} and its "
@@ -242,7 +246,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         _set(cfg, "trainer.n_gpus_per_node", len(run.gpus))
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))
     _set(cfg, "trainer.default_local_dir", str(ckpt))
-    loggers = _get(cfg, "trainer.logger", ["console"])
+    # VERL's default logger list has wandb (network, an account): only when the user asked for it.
+    loggers = _get(cfg, "trainer.logger", ["console"]) if _explicit(user_cfg, run.overrides, "trainer.logger") \
+        else ["console"]
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
     for name in ("VERL_FILE_LOGGER_PATH", arl_common.RUN_ID_ENV):

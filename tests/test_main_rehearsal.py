@@ -121,6 +121,12 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
     assert (out / "metrics.jsonl").resolve() == out / "metrics" / "attempt-0001.jsonl"
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["step"] == 0 and lines[0]["data"]["val/reward"] == 1.0
+    resolved = (out / "resolved_config.yaml").read_text()
+    for forced in (f"default_local_dir: {out}/checkpoints", "- file", "ARL_ROW: input.arl_row",
+                   "agent_class: arl_agent:TemplateJudgeAgent", f"agl_base_url: {st['services']['gateway']['url']}",
+                   "resume_mode: disable"):
+        assert forced in resolved, forced
+    assert resolved.startswith("# VERL")
     assert not (out / arl_common.PID_FILE).exists()
     assert not list(out.rglob(".hydra")) and not (out / "logs" / "outputs").exists()
     assert "arl_agent rollout=" in (out / "logs" / "controller.log").read_text()

@@ -218,21 +218,21 @@ def test_oracle_not_higher_is_a_warning(example_task, capsys):
     (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 0.5\n")
     code, env, _ = run_json(capsys, str(example_task))
     assert code == 0
-    warn = [c for c in env["checks"] if c["status"] == "warn"]
+    warn = [c for c in env["checks"] if c["status"] == "warn" and c["name"] != "config.json"]
     assert len(warn) == 1 and "the oracle does not score higher" in warn[0]["message"]
 
 
 def test_agent_jsonl_alone_works_and_both_warn(example_task, capsys):
     (example_task / "agent.jsonl").write_text('\n{"model_name": "other", "max_tokens": 64}\n{"ignored": 1}\n')
     code, env, _ = run_json(capsys, str(example_task))
-    warn = [c for c in env["checks"] if c["status"] == "warn"]
+    warn = [c for c in env["checks"] if c["status"] == "warn" and c["name"] != "config.json"]
     assert code == 0 and [c["message"] for c in warn] == ["both agent.json and agent.jsonl exist; agent.json is used"]
     (example_task / "agent.json").unlink()
     code, env, _ = run_json(capsys, str(example_task))
     assert code == 0 and "model_name other" in [c["message"] for c in env["checks"] if c["name"] == "agent.jsonl"]
     (example_task / "agent.jsonl").write_text('{"model_name": "m", "max_token": 64}\n')
     code, env, _ = run_json(capsys, str(example_task))
-    warn = [c for c in env["checks"] if c["status"] == "warn"]
+    warn = [c for c in env["checks"] if c["status"] == "warn" and c["name"] != "config.json"]
     assert code == 0 and warn[0]["where"] == "agent.jsonl:max_token" and "did you mean 'max_tokens'" in warn[0]["message"]
 
 

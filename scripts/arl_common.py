@@ -399,8 +399,11 @@ def read_status(output_dir: str | os.PathLike) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def update_status(output_dir: str | os.PathLike, **fields: Any) -> dict:
-    """Merge fields into training.status atomically and return the new content."""
+def update_status(output_dir: str | os.PathLike, /, **fields: Any) -> dict:
+    """Merge fields into training.status atomically and return the new content.
+
+    output_dir is positional-only, so a status field may itself be called output_dir.
+    """
     status = read_status(output_dir) or {}
     status.update(fields)
     atomic_write_json(Path(output_dir) / STATUS_FILE, status)

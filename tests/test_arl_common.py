@@ -69,3 +69,8 @@ def test_run_cli_usage_error_exit_2(capsys):
     assert run_cli(lambda a: 0, parser, ["--n", "abc"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "Hint: " in err
+
+
+def test_update_status_accepts_output_dir_field(tmp_path):
+    update_status(tmp_path, output_dir="/x", status="starting")
+    assert json.loads((tmp_path / "training.status").read_text())["output_dir"] == "/x"

@@ -1,0 +1,181 @@
+"""The one place that touches Hydra/OmegaConf composition and VERL's own config checks.
+
+Composition mirrors Agent Lightning 1.0.2: its `agentlightning/verl/config.yaml` through Hydra
+(defaults: VERL's `ppo_trainer` + `_self_`), struct mode off, then the user's config.json, then
+Hydra-style dotlist overrides (`trainer.total_epochs=3`, `+new.key=1`, `~drop.key`). Unknown keys
+pass silently there, which is why config_checks.py catches them first.
+
+    >>> cfg, info = compose_config({"data": {"train_batch_size": 8}}, ["trainer.total_epochs=3"])
+    >>> cfg.data.train_batch_size, cfg.trainer.total_epochs, info["verl_defaults_merged"]
+    (8, 3, True)
+
+Works in .venv (3.12: agentlightning, no verl: VERL's config files are read from .venv-verl or
+$ARL_VERL_CONFIG_DIR) and in .venv-verl (3.11: verl, no agentlightning: its config.yaml is found
+via $ARL_AGL_CONFIG or the bundle's .venv). Heavy imports happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BUNDLE_DIR = Path(__file__).resolve().parent.parent
+VERL_CONFIG_ENV = "ARL_VERL_CONFIG_DIR"
+AGL_CONFIG_ENV = "ARL_AGL_CONFIG"
+
+
+def _package_dir(name: str) -> Path | None:
+    """A package's folder via find_spec, without importing it (importing verl costs ~8 s)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def find_verl_config_dir() -> Path | None:
+    """VERL's `trainer/config` folder: the importable verl, else $ARL_VERL_CONFIG_DIR, else the bundle's .venv-verl."""
+    candidates: list[Path] = []
+    pkg = _package_dir("verl")
+    if pkg is not None:
+        candidates.append(pkg / "trainer" / "config")
+    if os.environ.get(VERL_CONFIG_ENV):
+        candidates.append(Path(os.environ[VERL_CONFIG_ENV]).expanduser())
+    candidates += sorted(BUNDLE_DIR.glob(".venv-verl/lib/python3.*/site-packages/verl/trainer/config"))
+    for path in candidates:
+        if (path / "ppo_trainer.yaml").is_file():
+            return path.resolve()
+    return None
+
+
+def find_agl_config() -> Path | None:
+    """Agent Lightning's `verl/config.yaml`: $ARL_AGL_CONFIG, else the importable package, else the bundle's .venv."""
+    candidates: list[Path] = []
+    if os.environ.get(AGL_CONFIG_ENV):
+        candidates.append(Path(os.environ[AGL_CONFIG_ENV]).expanduser())
+    pkg = _package_dir("agentlightning")
+    if pkg is not None:
+        candidates.append(pkg / "verl" / "config.yaml")
+    candidates += sorted(BUNDLE_DIR.glob(".venv/lib/python3.*/site-packages/agentlightning/verl/config.yaml"))
+    for path in candidates:
+        if path.is_file():
+            return path.resolve()
+    return None
+
+
+def _agl_yaml_for(agl_text: str, verl_dir: Path | None) -> str:
+    """Agent Lightning's config.yaml with its searchpath pointed at a folder (pkg:// needs verl importable)."""
+    if verl_dir is not None:
+        return re.sub(r"pkg://verl/trainer/config", f"file://{verl_dir.as_posix()}", agl_text)
+    # No VERL files: drop the ppo_trainer default and the searchpath, keep everything else.
+    text = re.sub(r"^\s*-\s*pkg://verl/trainer/config\s*$", "", agl_text, flags=re.M)
+    text = re.sub(r"^\s*-\s*ppo_trainer\s*$", "", text, flags=re.M)
+    return text.replace("searchpath:\n", "searchpath: []\n", 1)
+
+
+def _clear_hydra() -> None:
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+
+
+def apply_overrides(cfg: Any, overrides: list[str] | tuple[str, ...]) -> None:
+    """Apply Hydra-style dotlist overrides to a non-struct DictConfig, typed as Hydra types them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    if not overrides:
+        return
+    for ov in OverridesParser.create().parse_overrides(list(overrides)):
+        key = ov.key_or_group
+        if ov.is_delete():
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            if node is not None and leaf in node:
+                node.pop(leaf)
+            continue
+        value = ov.value()
+        if ov.is_sweep_override():
+            raise ValueError(f"override {ov.input_line!r} is a sweep: give one value")
+        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+
+
+def compose_config(user_cfg: dict, overrides: list[str] | tuple[str, ...] = (), *,
+                   verl_config_dir: str | os.PathLike | None = None) -> tuple[Any, dict]:
+    """Compose like Agent Lightning: its config.yaml (+ VERL's ppo_trainer), user_cfg, then overrides.
+
+    Returns (DictConfig with struct off, info). info: verl_defaults_merged, verl_config_dir,
+    agl_config, overrides. Raises FileNotFoundError when Agent Lightning's config.yaml is nowhere.
+    """
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    agl = find_agl_config()
+    if agl is None:
+        raise FileNotFoundError(
+            "Agent Lightning's verl/config.yaml not found: install agentlightning==1.0.2 or set "
+            f"{AGL_CONFIG_ENV} to its path")
+    verl_dir = Path(verl_config_dir).resolve() if verl_config_dir else find_verl_config_dir()
+    if verl_dir is not None and not (verl_dir / "ppo_trainer.yaml").is_file():
+        raise FileNotFoundError(f"{verl_dir} has no ppo_trainer.yaml: not VERL's trainer/config folder")
+    with tempfile.TemporaryDirectory(prefix="arl-compose-") as tmp:
+        (Path(tmp) / "config.yaml").write_text(_agl_yaml_for(agl.read_text(encoding="utf-8"), verl_dir),
+                                               encoding="utf-8")
+        _clear_hydra()  # a previous compose (or a caller's Hydra) must not block this one
+        try:
+            with initialize_config_dir(config_dir=tmp, version_base=None):
+                cfg = compose(config_name="config")
+        finally:
+            _clear_hydra()
+    OmegaConf.set_struct(cfg, False)
+    if user_cfg:
+        cfg = OmegaConf.merge(cfg, OmegaConf.create(copy.deepcopy(user_cfg)))
+        OmegaConf.set_struct(cfg, False)
+    apply_overrides(cfg, list(overrides))
+    info = {"verl_defaults_merged": verl_dir is not None, "verl_config_dir": str(verl_dir) if verl_dir else None,
+            "agl_config": str(agl), "overrides": list(overrides)}
+    return cfg, info
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, AssertionError) and not str(exc) else text
+
+
+def run_verl_validate(cfg: Any) -> list[str]:
+    """VERL 0.8.0's own checks on a composed config, as Agent Lightning's entrypoint runs them.
+
+    The TaskRunner add_* methods, validate_config, then the rollout dataclass. Returns the error
+    messages ([] = pass); each stage stops at its first error, as VERL does. Raises ImportError
+    where verl is not importable. Nothing is started (no Ray, no GPU); the input is not modified.
+    """
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import TaskRunner, need_critic, need_reference_policy, validate_config
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = copy.deepcopy(cfg)
+    OmegaConf.set_struct(cfg, False)
+    errors: list[str] = []
+    try:
+        OmegaConf.resolve(cfg)
+        runner = TaskRunner()
+        actor_rollout_cls, _ = runner.add_actor_rollout_worker(cfg)
+        runner.add_critic_worker(cfg)
+        runner.add_reward_model_resource_pool(cfg)
+        runner.add_ref_policy_worker(cfg, actor_rollout_cls)
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except Exception as exc:  # VERL raises ValueError, AssertionError, KeyError, OSError ...
+        errors.append(_first_line(exc))
+    try:
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    except Exception as exc:
+        errors.append(_first_line(exc))
+    return errors

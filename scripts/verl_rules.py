@@ -86,7 +86,7 @@ VERL_RULES = {
     "dynamic-bsz-match": "actor.use_dynamic_bsz must equal rollout.log_prob_use_dynamic_bsz, after model load",
     "per-gpu-micro": "the *_per_gpu micro batch keys are required, after model load (bare AssertionError)",
     "dynamic-token-len": "dynamic batch size needs the *_max_token_len_per_gpu keys, after model load",
-    "pipeline-parallel": "pipeline parallel > 1 is not supported with vllm/sglang, after model load",
+    "pipeline-parallel": "rollout dataclass: pipeline_model_parallel_size > 1 not implemented for vllm/sglang",
     "logger": "Tracking: backend is not supported, at fit()",
     "resume-mode": "trainer.resume_mode and resume_from_path, at fit()",
     "hdfs-dir": "default_hdfs_dir must be null for local checkpoints, at fit()",
@@ -334,7 +334,7 @@ def _rollout_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:
     pp = _int(r.e(f"{ro}.pipeline_model_parallel_size")) or 1
     if pp > 1 and name in ("vllm", "sglang"):
         r.fail("pipeline-parallel", [f"{ro}.pipeline_model_parallel_size"], f"{ro}.pipeline_model_parallel_size "
-               f"{pp} is not supported with {name}", "set it to 1", "later")
+               f"{pp} is not supported with {name}", "set it to 1", "validate_config")
 
 
 def _trainer_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:

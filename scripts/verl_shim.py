@@ -146,8 +146,9 @@ def compose_config(user_cfg: dict, overrides: list[str] | tuple[str, ...] = (), 
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if isinstance(exc, AssertionError) and not str(exc) else text
+    """One line: VERL's message (Hydra's instantiate wrapper spreads it over several)."""
+    text = " ".join(str(exc).split())
+    return text if text else f"{type(exc).__name__} (no message)"
 
 
 def run_verl_validate(cfg: Any) -> list[str]:

@@ -1,4 +1,10 @@
+#!/usr/bin/env python3
 """config.json checks in pure Python: JSON Schema, did-you-mean for unknown keys, VERL's rules.
+
+    python scripts/config_checks.py assets/example/config.json --gpus 1
+    python scripts/config_checks.py config.json --get data.train_batch_size --get trainer.n_gpus_per_node
+
+validate_data.py runs these checks on a task folder; this CLI checks one config file alone.
 
 Agent Lightning merges config.json into VERL's config with strict mode off, so a typo is silently
 ignored and most of VERL's own checks fire only after Ray, the model and vLLM are up. These checks
@@ -22,9 +28,11 @@ import fnmatch
 import functools
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
+import arl_common
 from arl_common import Check
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -217,6 +225,12 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
     if gpus is not None:
         trainer = work.get("trainer") if isinstance(work.get("trainer"), dict) else {}
         work["trainer"] = {**trainer, "n_gpus_per_node": gpus}
+    if gpus is not None:
+        user = _walk(cfg, ["trainer", "n_gpus_per_node"])
+        checks.append(Check("gpus", "ok", f"--gpus {gpus} is used for trainer.n_gpus_per_node"
+                            + ("" if user in (_ABSENT, gpus) else f" (config.json says {user})"),
+                            where="trainer.n_gpus_per_node", details={"keys": ["trainer.n_gpus_per_node"], "gpus": gpus,
+                                                                      "config": None if user is _ABSENT else user}))
     bad_types = {c.where for c in checks if c.name == "schema"}
     checks += verl_rules.rule_checks(work, source=source, gpus=gpus, train_rows=train_rows, skip=bad_types)
     if not any(c.status in ("fail", "warn") for c in checks):
@@ -232,3 +246,43 @@ def _leaves(node: Any, prefix: str = ""):
             yield from _leaves(value, f"{prefix}{key}.")
     else:
         yield prefix.rstrip(".")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> arl_common.ArgumentParser:
+    parser = arl_common.ArgumentParser(
+        prog="config_checks.py", description="Check a config.json against VERL 0.8.0 / Agent Lightning 1.0.2.",
+        epilog="example:\n  python scripts/config_checks.py assets/example/config.json --gpus 1")
+    parser.add_argument("config", help="the config.json file")
+    parser.add_argument("--gpus", type=int, help="GPU count to check against (overrides trainer.n_gpus_per_node)")
+    parser.add_argument("--train-rows", type=int, help="train.jsonl row count, for the batch-size check")
+    parser.add_argument("--get", action="append", metavar="KEY", default=[],
+                        help="print the value VERL will use for a dotted key (repeatable); no checks")
+    arl_common.add_common_flags(parser)
+    return parser
+
+
+def _body(args) -> int:
+    path = Path(args.config)
+    if not path.is_file():
+        raise arl_common.UserError(f"{path} not found", "pass the path of a config.json", arl_common.EXIT_USAGE)
+    cfg = arl_common.read_json_file(path)
+    if args.get:
+        values = {key: effective(cfg if isinstance(cfg, dict) else {}, key) for key in args.get}
+        if args.json:
+            arl_common.print_json(arl_common.envelope(True, data=values))
+        else:
+            print(arl_common.render_table([{"key": k, "value": json.dumps(v)} for k, v in values.items()]))
+        return arl_common.EXIT_OK
+    checks = check_config(cfg, source=path.name, gpus=args.gpus, train_rows=args.train_rows)
+    return arl_common.emit_checks(checks, args.json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return arl_common.run_cli(_body, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -115,7 +115,7 @@ def _gpus(r: _Rules, gpus: int | None) -> tuple[int | None, str]:
     per_node, nnodes = _int(r.e("trainer.n_gpus_per_node")), _int(r.e("trainer.nnodes"))
     if per_node is None or nnodes is None:
         return None, ""
-    src = f"--gpus {gpus}" if gpus is not None else f"trainer.n_gpus_per_node {per_node}"
+    src = f"--gpus {gpus} (trainer.n_gpus_per_node)" if gpus is not None else f"trainer.n_gpus_per_node {per_node}"
     return per_node * nnodes, f"n_gpus {per_node * nnodes} = {src} * trainer.nnodes {nnodes}"
 
 
@@ -360,11 +360,6 @@ def _trainer_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:
     if freq is not None and freq <= 0:
         r.fail("save-freq", ["trainer.save_freq"], f"trainer.save_freq {freq}: no checkpoint is ever saved, so a "
                "crash cannot be resumed", "set trainer.save_freq to a positive step count", "later", status="warn")
-    if gpus is not None:
-        user = r.cfg.get("trainer", {}).get("n_gpus_per_node") if isinstance(r.cfg.get("trainer"), dict) else None
-        r.out.append(Check("gpus", "ok", f"--gpus {gpus} is used for trainer.n_gpus_per_node (launch sets it)",
-                           where="trainer.n_gpus_per_node", details={"keys": ["trainer.n_gpus_per_node"],
-                                                                     "gpus": gpus, "config": user}))
 
 
 def _algorithm_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:

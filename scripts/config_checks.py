@@ -179,6 +179,8 @@ def key_checks(cfg: dict, source: str) -> list[Check]:
                 ref = known[key]
                 if isinstance(value, dict) and isinstance(ref, dict) and ref and not _free_form(path):
                     visit(value, ref, path + ".")
+                elif not _schema_covers(path):
+                    out.extend(_type_check(path, value, ref, source))
                 continue
             if _free_form(path):
                 continue
@@ -186,6 +188,37 @@ def key_checks(cfg: dict, source: str) -> list[Check]:
 
     visit(cfg, defaults(), "")
     return out
+
+
+def _schema_covers(path: str) -> bool:
+    node: Any = schema()
+    for part in path.split("."):
+        node = node.get("properties", {}).get(part) if isinstance(node, dict) else None
+        if node is None:
+            return False
+    return True
+
+
+_JSON_KIND = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+              dict: "an object"}
+
+
+def _type_check(path: str, value: Any, ref: Any, source: str) -> list[Check]:
+    """For keys the schema does not list: the JSON type VERL's default has (null is always allowed)."""
+    if value is None or ref is None or (isinstance(value, str) and _INTERP.match(value.strip())):
+        return []
+    if isinstance(ref, str) and _INTERP.match(ref.strip()) or ref == MISSING:
+        return []  # the default is an interpolation: its type is that of another key
+    kind = type(ref)
+    ok = {bool: lambda v: isinstance(v, bool), int: lambda v: type(v) is int,
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          str: lambda v: isinstance(v, str), list: lambda v: isinstance(v, list),
+          dict: lambda v: isinstance(v, dict)}.get(kind, lambda v: True)
+    if ok(value):
+        return []
+    want = _JSON_KIND.get(kind, kind.__name__)
+    return [Check("schema", "fail", f"{path}: {json.dumps(value)} is not {want} (VERL's default is {json.dumps(ref)})",
+                  f"give {path} {want}", path, {"keys": [path], "verl": "type", "source": source})]
 
 
 def _unknown(key: str, path: str, siblings: list[str], source: str) -> Check:

@@ -79,8 +79,8 @@ VERL_RULES = {
     "expert-parallel": "rollout dataclass: expert_parallel_size must equal tp * dp",
     "lora-rank": "lora_rank must be less than or equal to 512",
     "megatron-parallel": "n_gpus must be divisible by model_parallel_size times context_parallel_size",
-    "rollout-mode": "rollout dataclass: rollout mode 'sync' has been removed",
-    "rollout-name": "rollout dataclass: actor_rollout_ref.rollout.name is mandatory",
+    "rollout-mode": "rollout dataclass and registry: only mode async exists, 'sync' was removed",
+    "rollout-name": "rollout dataclass and registry: rollout.name is mandatory, one of vllm, sglang, trtllm",
     "tensor-parallel": "rollout world_size is not divisible by infer_world_size, after model load",
     "mini-batch-gpus": "mini batch * rollout.n must split evenly over the data-parallel ranks, at the first update",
     "dynamic-bsz-match": "actor.use_dynamic_bsz must equal rollout.log_prob_use_dynamic_bsz, after model load",
@@ -163,7 +163,9 @@ def _exactly_one(r: _Rules, rule: str, section: str, legacy: str, when: str = "v
     if va is None and vb is None:
         r.fail(rule, [b, a], f"neither {b} nor {a} is set", f"set {b} (e.g. 4)", when)
     elif va is not None and vb is not None:
-        r.fail(rule, [a, b], f"both {a} ({va}) and {b} ({vb}) are set", f"remove {a} (deprecated)", when)
+        how = "" if r.set_by_user(b) else f": {b} defaults to {a}"
+        r.fail(rule, [a, b], f"both {a} ({va}) and {b} ({vb}) are set{how}", f"remove {a} (deprecated); set only {b}",
+               when)
     elif va is not None:
         r.fail("per-gpu-micro", [a, b], f"{a} is the deprecated global form: VERL's workers need {b}",
                f"replace {a} with {b}", "later")
@@ -208,7 +210,7 @@ def _deprecated_micro(r: _Rules, section: str, n_gpus: int | None, shown: str, r
     if mini and micro and mini % micro:
         r.fail(rule, keys, f"{section}.ppo_mini_batch_size {mini} is not divisible by {section}.ppo_micro_batch_size "
                f"{micro}", f"use {section}.ppo_micro_batch_size_per_gpu instead", when)
-    elif micro and n_gpus and micro * sp < n_gpus and section.endswith("actor"):
+    elif micro and n_gpus and micro * sp < n_gpus:
         r.fail(rule, keys, f"{section}.ppo_micro_batch_size {micro} * ulysses_sequence_parallel_size {sp} is less "
                f"than {shown}", f"use {section}.ppo_micro_batch_size_per_gpu instead", when)
 
@@ -289,15 +291,9 @@ def _critic_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:
                    "point critic.model.path at a local model folder", "validate_config")
     if r.e("critic.use_dynamic_bsz") is True:
         return
-    a, b = "critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu"
-    va, vb = r.e(a), r.e(b)
-    if va is None and vb is None:
-        r.fail("critic-micro-batch", [b, a], f"the critic is on ({why}) and neither {b} nor {a} is set",
-               f"set {b} (e.g. 4), or use grpo", "validate_config")
-    elif va is not None:
-        both = "" if r.set_by_user(b) else f" ({b} defaults to it)"
-        r.fail("critic-micro-batch", [a, b], f"{a} ({va}) is set{both}: VERL sees both keys set",
-               f"set only {b}", "validate_config")
+    _exactly_one(r, "critic-micro-batch", "critic", "ppo_micro_batch_size")
+    if _int(r.e("critic.ppo_micro_batch_size_per_gpu")) is None:
+        _deprecated_micro(r, "critic", n_gpus, shown, "critic-micro-batch", "validate_config")
     tbs, mini = _int(r.e("data.train_batch_size")), _int(r.e("critic.ppo_mini_batch_size"))
     if tbs and mini and tbs < mini:
         r.fail("critic-mini-batch", ["data.train_batch_size", "critic.ppo_mini_batch_size"],

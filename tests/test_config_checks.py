@@ -160,7 +160,10 @@ RULES = [  # (id, cfg, gpus, rule, status, VERL moment, text in message)
                           critic__ppo_micro_batch_size_per_gpu=2), None, "critic-model", "fail", "validate_config",
      "/no/such/model does not exist"),
     ("critic-deprecated", with_(GRPO_1GPU, algorithm__adv_estimator="gae", critic__ppo_micro_batch_size=2), None,
-     "critic-micro-batch", "fail", "validate_config", "critic.ppo_micro_batch_size_per_gpu defaults to it"),
+     "critic-micro-batch", "fail", "validate_config", "critic.ppo_micro_batch_size_per_gpu defaults to critic.ppo_micro"),
+    ("critic-deprecated-explicit", with_(GRPO_1GPU, algorithm__adv_estimator="gae", critic__ppo_micro_batch_size=3,
+                                         critic__ppo_micro_batch_size_per_gpu=None, critic__model={"path": "/"}), None,
+     "critic-micro-batch", "fail", "validate_config", "critic.ppo_mini_batch_size 16 is not divisible by"),
     ("critic-mini", with_(GRPO_1GPU, critic__enable=True, critic__ppo_micro_batch_size_per_gpu=2,
                           critic__ppo_mini_batch_size=32), None, "critic-mini-batch", "fail", "validate_config",
      "less than critic.ppo_mini_batch_size 32"),
@@ -266,3 +269,20 @@ def test_cli_subprocess_from_another_cwd(tmp_path):
     bad.write_text('{"trainer": {"n_gpus_per_node": 1}}')
     proc = run_script("config_checks.py", str(bad), cwd=tmp_path)
     assert proc.returncode == 1 and "Error: " in proc.stderr and "Hint: " in proc.stderr
+
+
+@pytest.mark.parametrize("cfg, where, text", [
+    ({"trainer": {"esi_redundant_time": "0"}}, "trainer.esi_redundant_time", '"0" is not an integer'),
+    ({"actor_rollout_ref": {"actor": {"use_torch_compile": 1}}}, f"{A}.use_torch_compile", "1 is not true or false"),
+    ({"data": {"prompt_key": ["p"]}}, "data.prompt_key", "is not a string (VERL's default is \"prompt\")"),
+    ({"data": {"custom_cls": 3}}, "data.custom_cls", "3 is not an object"),
+])
+def test_keys_outside_the_schema_get_the_type_of_verls_default(cfg, where, text):
+    found = by_name(config_checks.check_config(cfg), "schema")
+    assert [c.where for c in found] == [where] and text in found[0].message
+
+
+def test_null_and_interpolations_are_accepted_for_any_key():
+    cfg = {"trainer": {"esi_redundant_time": None}, "data": {"prompt_key": "${data.image_key}"},
+           "actor_rollout_ref": {"actor": {"clip_ratio_low": 1}}}
+    assert not by_name(config_checks.check_config(cfg), "schema")

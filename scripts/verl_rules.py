@@ -55,8 +55,8 @@ class _Rules:
         return True
 
     def fail(self, rule: str, keys: list[str], message: str, hint: str, when: str, status: str = "fail") -> None:
-        if any(k in self.skip for k in keys):
-            return  # the schema already reported a wrong type for one of these keys
+        if any(k == s or k.startswith(s + ".") for s in self.skip for k in keys):
+            return  # the schema already reported a wrong type for one of these keys (or their section)
         tag = {"validate_config": "VERL validate_config", "later": "VERL later"}.get(when, "VERL")
         self.out.append(Check(rule, status, f"{message} ({tag}: {VERL_RULES[rule]})", hint, keys[0],
                               {"keys": keys, "verl": when, "source": self.source}))

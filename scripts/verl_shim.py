@@ -108,6 +108,21 @@ def apply_overrides(cfg: Any, overrides: list[str] | tuple[str, ...]) -> None:
         OmegaConf.update(cfg, key, value, merge=False, force_add=True)
 
 
+def merge_overrides(user_cfg: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """config.json with the `--` overrides applied, as a plain dict: check it with config_checks, so a
+    misspelled override is caught like a misspelled config.json key.
+
+    >>> merge_overrides({"data": {"train_batch_size": 8}}, ["data.trian_batch_size=4", "trainer.nnodes=1"])
+    {'data': {'train_batch_size': 8, 'trian_batch_size': 4}, 'trainer': {'nnodes': 1}}
+    """
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(copy.deepcopy(user_cfg))
+    OmegaConf.set_struct(cfg, False)
+    apply_overrides(cfg, list(overrides))
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
 def compose_config(user_cfg: dict, overrides: list[str] | tuple[str, ...] = (), *,
                    verl_config_dir: str | os.PathLike | None = None) -> tuple[Any, dict]:
     """Compose like Agent Lightning: its config.yaml (+ VERL's ppo_trainer), user_cfg, then overrides.

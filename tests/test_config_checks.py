@@ -286,3 +286,9 @@ def test_null_and_interpolations_are_accepted_for_any_key():
     cfg = {"trainer": {"esi_redundant_time": None}, "data": {"prompt_key": "${data.image_key}"},
            "actor_rollout_ref": {"actor": {"clip_ratio_low": 1}}}
     assert not by_name(config_checks.check_config(cfg), "schema")
+
+
+def test_a_section_of_the_wrong_type_silences_the_rules_inside_it():
+    names = {c.name for c in config_checks.check_config(with_(EXAMPLE_CFG, actor_rollout_ref__actor="x"))
+             if c.status == "fail"}
+    assert names == {"schema"}

@@ -276,3 +276,14 @@ def test_sweep_override_is_refused():
     needs_verl_configs()
     with pytest.raises(ValueError, match="sweep"):
         verl_shim.compose_config({}, ["trainer.total_epochs=1,2"])
+
+
+def test_merge_overrides_lets_config_checks_see_override_typos():
+    import doctest
+
+    needs_verl_configs()  # the module's doctest composes with VERL's defaults
+    assert doctest.testmod(verl_shim).failed == 0
+    merged = verl_shim.merge_overrides(EXAMPLE_CFG, ["trainer.n_gpus_per_node=3", "+trainer.totl_epochs=2"])
+    assert EXAMPLE_CFG["trainer"]["n_gpus_per_node"] == 1  # the input is not modified
+    fails = {c.name: c for c in config_checks.check_config(merged) if c.status == "fail"}
+    assert "batch-divisible" in fails and "did you mean 'trainer.total_epochs'" in fails["unknown-key"].message

@@ -1,0 +1,174 @@
+"""check_model.py (with model_files and memory_fit) on real tiny model folders built here."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import check_model
+import memory_fit
+import model_files
+import pytest
+from conftest import ROOT, run_script
+
+sys.path.insert(0, str(ROOT / "tools"))
+from make_tiny_model import make_tiny_model  # noqa: E402
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    root = tmp_path / "models"
+    monkeypatch.setenv("EVO_MODELS_DIR", str(root))
+    return root
+
+
+def run_json(capsys, *argv) -> tuple[int, dict]:
+    code = check_model.main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_complete_model_and_param_count_from_headers(models, capsys):
+    built = make_tiny_model(models / "tiny")
+    code, out = run_json(capsys, "--model", "tiny")
+    assert code == 0 and out["ok"]
+    data = out["data"]
+    assert data["architecture"] == "Qwen2ForCausalLM" and data["dtype"] == "float16"
+    expected = sum(int(__import__("math").prod(s)) for s in built["tensors"].values())
+    assert data["num_parameters"] == built["num_parameters"] == expected
+    assert data["size_bytes"] > 0 and data["complete"]
+
+
+def test_header_only_read_on_a_huge_sparse_file(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "big.safetensors"
+    save_file({"w": np.zeros((4, 4), dtype=np.float16)}, str(path))
+    with path.open("r+b") as fh:  # grow the weights region sparsely to 4 GiB: reading it would be slow
+        fh.truncate(4 * 2**30)
+    assert model_files.safetensors_params(path) == (16, "F16")
+
+
+def test_sharded_model_with_a_shard_removed(models, capsys):
+    built = make_tiny_model(models / "sharded", shards=3)
+    (models / "sharded" / built["files"][1]).unlink()
+    code, out = run_json(capsys, "--model", "sharded")
+    assert code == 1 and not out["ok"]
+    assert any(built["files"][1] in p and "missing" in p for p in out["data"]["problems"])
+
+
+def test_model_without_tokenizer(models, capsys):
+    make_tiny_model(models / "notok", tokenizer=False)
+    code, out = run_json(capsys, "--model", "notok")
+    assert code == 1 and any("no tokenizer" in p for p in out["data"]["problems"])
+
+
+def test_zero_length_file_and_two_architectures(models, capsys):
+    make_tiny_model(models / "bad")
+    (models / "bad" / "model.safetensors").write_bytes(b"")
+    cfg = json.loads((models / "bad" / "config.json").read_text())
+    cfg["architectures"] = ["A", "B"]
+    (models / "bad" / "config.json").write_text(json.dumps(cfg))
+    code, out = run_json(capsys, "--model", "bad")
+    problems = " | ".join(out["data"]["problems"])
+    assert code == 1 and "empty (0 bytes)" in problems and "exactly one class" in problems
+
+
+def test_hf_cache_layout(tmp_path, monkeypatch, capsys):
+    hub = tmp_path / "hf-home" / "hub" / "models--Org--Tiny"
+    blobs = hub / "blobs"
+    make_tiny_model(blobs / "src")
+    snap = hub / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    for f in (blobs / "src").iterdir():  # HF stores files as links into blobs/
+        os.symlink(f, snap / f.name)
+    (hub / "refs").mkdir()
+    (hub / "refs" / "main").write_text("abc123")
+    code, out = run_json(capsys, "--model", "Org/Tiny")
+    assert code == 0 and out["data"]["path"] == str(snap)
+    assert out["data"]["size_bytes"] > 1000  # sizes followed through the links
+
+
+def test_typo_lists_closest_names(models, capsys):
+    make_tiny_model(models / "tiny-qwen2")
+    code = check_model.main(["--model", "tiny-qwn2"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Error: model 'tiny-qwn2' not found" in err and "closest: tiny-qwen2" in err
+
+
+def test_list_shows_every_model(models, capsys):
+    make_tiny_model(models / "a")
+    make_tiny_model(models / "b", tokenizer=False)
+    code, out = run_json(capsys, "--list")
+    names = {m["model"]: m for m in out["data"]["models"]}
+    assert code == 0 and set(names) == {"a", "b"}
+    assert names["a"]["complete"] == "yes" and names["b"]["complete"].startswith("NO")
+
+
+def test_no_search_root_is_exit_3(tmp_path, capsys):
+    assert check_model.main(["--model", "x", "--models-dir", str(tmp_path / "nowhere")]) == 3
+    assert "Error: no model search root exists" in capsys.readouterr().err
+
+
+def test_set_agent_keeps_other_keys(models, example_task, capsys):
+    make_tiny_model(models / "tiny")
+    before = json.loads((example_task / "agent.json").read_text())
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0
+    after = json.loads((example_task / "agent.json").read_text())
+    assert after["model_name"] == "tiny" and list(after) == list(before)
+    assert {k: v for k, v in after.items() if k != "model_name"} == {k: v for k, v in before.items() if k != "model_name"}
+
+
+def test_set_agent_jsonl_rewrites_only_first_line(models, example_task):
+    make_tiny_model(models / "tiny")
+    (example_task / "agent.json").unlink()
+    (example_task / "agent.jsonl").write_text('{"model_name": "old", "max_tokens": 8}\n{"note": "kept"}\n')
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0
+    lines = (example_task / "agent.jsonl").read_text().splitlines()
+    assert json.loads(lines[0]) == {"model_name": "tiny", "max_tokens": 8} and lines[1] == '{"note": "kept"}'
+
+
+def test_incomplete_model_is_not_written_to_agent(models, example_task):
+    make_tiny_model(models / "notok", tokenizer=False)
+    before = (example_task / "agent.json").read_text()
+    assert check_model.main(["--model", "notok", "--set-agent", str(example_task)]) == 1
+    assert (example_task / "agent.json").read_text() == before
+
+
+def test_memory_fit_verdicts():
+    gib = memory_fit.GiB
+    cfg = {"algorithm": {"adv_estimator": "grpo"}, "actor_rollout_ref": {"rollout": {"gpu_memory_utilization": 0.5}}}
+    small = memory_fit.estimate(500_000_000, cfg, 1, 80 * gib)
+    assert small["verdict"] == "fits" and small["parts_gb"]["critic"] == 0
+    # 7B on one 80 GB GPU: 16 bytes/param = 104 GiB before vLLM's 40 GiB: does not fit, offload is suggested.
+    big = memory_fit.estimate(7_000_000_000, cfg, 1, 80 * gib)
+    assert big["verdict"] == "does not fit" and any("offload" in s for s in big["suggestions"])
+    sharded = memory_fit.estimate(7_000_000_000, cfg, 8, 80 * gib)
+    assert sharded["per_gpu_bytes"] < big["per_gpu_bytes"]
+    with_kl = memory_fit.estimate(7_000_000_000, {**cfg, "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": True}},
+                                  8, 80 * gib)
+    assert with_kl["parts_gb"]["reference_model"] > 0
+    gae = memory_fit.estimate(7_000_000_000, {}, 8, 80 * gib)
+    assert gae["critic"] and gae["parts_gb"]["critic"] > 0
+    assert memory_fit.estimate(1, cfg, 1, None)["verdict"] == "unknown"
+
+
+def test_cli_memory_fit_and_subprocess(models, tmp_path):
+    make_tiny_model(models / "tiny")
+    proc = run_script("check_model.py", "--model", "tiny", "--gpus", "1", "--config",
+                      str(ROOT / "assets/example/config.json"), "--gpu-memory-gb", "80", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    fit = json.loads(proc.stdout)["data"]["memory_fit"]
+    assert fit["verdict"] == "fits" and fit["gpu_total_gb"] == 80
+
+
+def test_resolve_order_path_before_roots(models, tmp_path):
+    make_tiny_model(models / "m")
+    other = tmp_path / "elsewhere" / "m"
+    make_tiny_model(other)
+    assert model_files.resolve_model(str(other)) == other.resolve()
+    assert model_files.resolve_model("m") == (models / "m").resolve()
+    assert model_files.resolve_model("Org/m") == (models / "m").resolve()
+    assert Path(check_model.resolve_model("m")).name == "m"

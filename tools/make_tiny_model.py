@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Build a tiny but real model folder (config, tokenizer, safetensors) for tests and `make demo`.
+
+Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer]
+
+    $ python tools/make_tiny_model.py build/demo/models/tiny-qwen2
+    {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 74240, "shards": 1}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in range(10)] + list("+-*/()=: ") + [
+    "Answer", "Compute", "the", "value", "of", "this", "expression"]
+HIDDEN, LAYERS, INTER = 32, 2, 64
+
+
+def tensors() -> dict:
+    import numpy as np
+
+    v, h = len(VOCAB), HIDDEN
+    out = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        out.update({p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (h, h),
+                    p + "self_attn.v_proj.weight": (h, h), p + "self_attn.o_proj.weight": (h, h),
+                    p + "mlp.gate_proj.weight": (INTER, h), p + "mlp.up_proj.weight": (INTER, h),
+                    p + "mlp.down_proj.weight": (h, INTER), p + "input_layernorm.weight": (h,),
+                    p + "post_attention_layernorm.weight": (h,)})
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal(shape).astype(np.float16) for name, shape in out.items()}
+
+
+def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True) -> dict:
+    from safetensors.numpy import save_file
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": HIDDEN,
+              "intermediate_size": INTER, "num_hidden_layers": LAYERS, "num_attention_heads": 4,
+              "num_key_value_heads": 4, "vocab_size": len(VOCAB), "max_position_embeddings": 512,
+              "torch_dtype": "float16", "tie_word_embeddings": False}
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    weights = tensors()
+    names = sorted(weights)
+    if shards <= 1:
+        save_file(weights, str(dest / "model.safetensors"))
+        files = ["model.safetensors"]
+    else:
+        files, weight_map = [], {}
+        for i in range(shards):
+            fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: weights[n] for n in names[i::shards]}
+            save_file(part, str(dest / fname))
+            weight_map.update({n: fname for n in part})
+            files.append(fname)
+        (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    if tokenizer:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.save(str(dest / "tokenizer.json"))
+        (dest / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "unk_token": "<unk>",
+             "eos_token": "<|im_end|>"}))
+    return {"dest": str(dest), "num_parameters": sum(int(w.size) for w in weights.values()), "shards": len(files),
+            "files": files, "tensors": {n: list(weights[n].shape) for n in names}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dest")
+    parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--no-tokenizer", action="store_true")
+    args = parser.parse_args(argv)
+    out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer)
+    print(json.dumps({k: out[k] for k in ("dest", "num_parameters", "shards")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

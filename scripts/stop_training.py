@@ -105,13 +105,14 @@ def describe(pids: list[int]) -> list[dict]:
     return rows
 
 
-def terminate(state: dict, timeout: float, report: dict) -> None:
-    """SIGTERM to the proved main.py's process group, then wait for main.py to finish its clean-up."""
+def terminate(state: dict, timeout: float, report: dict) -> bool:
+    """SIGTERM to the proved main.py's process group, then wait for main.py to finish its clean-up.
+    Returns whether main.py exited."""
     pid, pgid = int(state["pid"]), state.get("pgid")
     try:
         actual = os.getpgid(pid)
     except ProcessLookupError:
-        return
+        return True
     if pgid and int(pgid) == actual:
         os.killpg(actual, signal.SIGTERM)
         report["actions"].append(f"SIGTERM sent to process group {actual} (main.py pid {pid})")
@@ -121,8 +122,9 @@ def terminate(state: dict, timeout: float, report: dict) -> None:
     started = time.monotonic()
     if wait_gone(pid, timeout):
         report["actions"].append(f"main.py exited after {time.monotonic() - started:.1f} s")
-    else:
-        report["actions"].append(f"main.py still running after {timeout:g} s")
+        return True
+    report["actions"].append(f"main.py still running after {timeout:g} s")
+    return False
 
 
 def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
@@ -160,9 +162,10 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
         proc_shim.kill_run(run_id, timeout=2.0, term_first=False)
         report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={run_id} "
                                  f"({len(before)} found), children first")
+        settle = SETTLE_S
     else:
-        terminate(state, timeout, report)
-    left = run_carriers(run_id, SETTLE_S)
+        settle = SETTLE_S if terminate(state, timeout, report) else 0.0  # main.py alive: nothing will settle
+    left = run_carriers(run_id, settle)
     gpus = gpu_leftovers(before | set(left), run_id)
     report["leftovers"], report["gpu_leftovers"] = describe(left), gpus
     if left or gpus:

@@ -105,11 +105,16 @@ def started(task: Path, out: Path, runs: list, *extra: str, env: dict | None = N
 
 def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path, runs):
     out = tmp_path / "out"
-    proc = start(example_task, out, "--rehearse", env=SLOW)
+    proc = run_script("start_training.sh", f"--input-dir={example_task}", "--output-dir", str(out), "--rehearse",
+                      "--sample", "1", "--", "trainer.project_name=h6probe", env=SLOW)
     st = status(out)
     runs.append(st["run_id"])
     assert proc.returncode == 0, proc.stderr
     pid = st["pid"]
+    cmdline = psutil.Process(pid).cmdline()
+    assert cmdline[cmdline.index("--run-id") + 1] == st["run_id"]
+    assert cmdline[-4:] == ["--sample", "1", "--", "trainer.project_name=h6probe"]
+    assert psutil.Process(pid).environ()["EVO_RUN_ID"] == st["run_id"]
     for key in ("status", "start_time", "pid", "pgid", "proc_start_time", "run_id", "input_dir", "output_dir",
                 "config_file", "mode", "gpus"):
         assert key in st, key
@@ -137,8 +142,9 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
 
 def test_a_job_that_dies_at_once_is_reported_with_its_log(example_task, tmp_path, runs):
     (example_task / "test.jsonl").unlink()
-    out = tmp_path / "out"
-    proc = start(example_task, out, "--rehearse")
+    out = tmp_path / "evo-out"  # no --output-dir: $EVO_OUTPUT_DIR
+    proc = run_script("start_training.sh", "--input-dir", str(example_task), "--rehearse",
+                      env={"EVO_OUTPUT_DIR": str(out)})
     runs.append(status(out).get("run_id"))
     assert proc.returncode == 1
     assert "exited with code 1" in proc.stderr and "test.jsonl" in proc.stderr, proc.stderr
@@ -325,6 +331,8 @@ def test_stale_pid_file_of_an_unrelated_sleep_is_never_signalled(example_task, t
         assert json.loads(refused.stdout)["data"]["proved"] is False
         assert sleep.poll() is None, "stop_training signalled an unrelated process"
 
+        if not case.startswith("pid reused"):
+            return
         new = start(example_task, out, "--rehearse")  # the stale file does not block a new run
         st = status(out)
         runs.append(st["run_id"])
@@ -353,6 +361,14 @@ def test_resume_without_a_checkpoint_is_refused_before_anything_starts(example_t
     assert proc.returncode == 1, proc.stderr
     assert "nothing to resume" in proc.stderr and says in proc.stderr and "Hint:" in proc.stderr
     assert not (out / arl_common.STATUS_FILE).exists() and not (out / arl_common.LOG_FILE).exists()
+
+
+def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
+    proc = run_script("start_training.sh", "--input-dir", str(example_task), "--resume", "--gpus", "0",
+                      env={"EVO_OUTPUT_DIR": ""})
+    assert proc.returncode == 1 and "nothing to resume" in proc.stderr
+    assert str(example_task.parent / "outputs" / "checkpoints") in proc.stderr
+    assert (example_task.parent / "outputs" / "logs").is_dir()
 
 
 def test_resume_setting_follows_the_overrides():

@@ -404,3 +404,33 @@ def test_launch_state_selected_reads_check_gpu_json(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "1,3"
     monkeypatch.setattr(sys, "stdin", io.StringIO("not json"))
     assert launch_state.main(["selected"]) == 1
+
+
+@pytest.mark.parametrize("gpu_holds_run_pid", [False, True])
+def test_force_checks_the_runs_gpu_processes_through_nvml(tmp_path, monkeypatch, example_task, gpu_holds_run_pid):
+    """NVML is faked (tests/fake_nvml.py); the run's process is a real one carrying the run id."""
+    import fake_nvml
+
+    out, run_id = tmp_path / "out", f"run-gpu-{os.getpid()}"
+    out.mkdir()
+    job = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": run_id}, start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"])  # an unrelated GPU user: never reported, never signalled
+    try:
+        launch_state.main(["record", "--output-dir", str(out), "--pid", str(job.pid), "--run-id", run_id,
+                           "--input-dir", str(example_task), "--mode", "train"])
+        on_gpu = [(other.pid, 1 << 30)] + [(job.pid, 1 << 30)] * gpu_holds_run_pid
+        fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=on_gpu)]))
+        monkeypatch.setattr(stop_training, "GPU_RELEASE_S", 0.0)
+        report = stop_training.stop_run(out, force=True)
+        job.wait(timeout=5)  # psutil may have reaped it in this process already
+        assert carriers(run_id) == [] and other.poll() is None
+        assert report["leftovers"] == []
+        if gpu_holds_run_pid:  # the driver still lists the killed pid: not fully gone
+            assert not report["ok"] and [g["pid"] for g in report["gpu_leftovers"]] == [job.pid]
+            assert "GPU processes" in report["message"] and status(out)["status"] == "starting"
+        else:
+            assert report["ok"] and report["gpu_leftovers"] == [] and status(out)["status"] == "stopped"
+    finally:
+        for proc in (job, other):
+            proc.kill()
+            proc.wait()

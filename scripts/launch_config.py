@@ -283,7 +283,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     joins = bool(os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address"))
     return Plan(cfg, model, tuning, agent_env, metrics_file, joins, resumed_from, info,
                 {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
-                 "total_training_steps": steps, "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
+                 "total_training_steps": steps, "steps_per_epoch": len(train_rows) // batch,
+                 "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:

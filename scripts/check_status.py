@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Step 8: the state of the run in an output folder: alive or not, progress, health, the log's tail.
+
+Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS]] [--plot FILE.png]
+
+"Alive" is proved, not assumed: the pid in training.status must have the recorded start time
+and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run. A status that says
+running while that process is gone reads as `failed (vanished)`.
+
+    $ python scripts/check_status.py --output-dir /tmp/out
+    status     running (alive)   run run-20261202-231500-ab12cd, mode train, pid 4242, up 0:12:03
+    progress   [######------------------------] 20.0%  step 8/40, median step 41.2 s, ETA 0:21:58
+    ...
+
+Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
+1 failed or vanished; 2 no run found in O.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import arl_common
+import run_metrics
+from arl_common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+
+TAIL_BLOCK = 64 * 1024
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last n lines, read backwards from the end in blocks: fast on a multi-GB log."""
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return []
+    with fh:
+        end = os.fstat(fh.fileno()).st_size
+        buf, pos = b"", end
+        while pos > 0 and buf.count(b"\n") <= n:
+            step = min(TAIL_BLOCK, pos)
+            pos -= step
+            fh.seek(pos)
+            buf = fh.read(step) + buf
+        lines = buf.decode("utf-8", "replace").splitlines()
+        return [line.replace("\x00", "") for line in lines[-n:]] if n > 0 else []
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def gpu_memory(pids: list[int]) -> dict | str:
+    try:
+        import nvml_shim
+
+        procs = nvml_shim.gpu_processes()
+    except Exception:  # NvmlUnavailable, or nvidia-ml-py missing: no GPUs to report
+        return "n/a"
+    mine = [p for p in procs if p["pid"] in set(pids)]
+    return {"processes": mine, "used_bytes": sum(p.get("used_memory") or 0 for p in mine)}
+
+
+def checkpoints(output_dir: Path) -> dict:
+    import launch_config
+
+    ckpt = output_dir / arl_common.CHECKPOINTS_DIR
+    steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
+    return {"latest": launch_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
+
+
+def collect(output_dir: Path, lines: int = 20) -> dict:
+    """Everything check_status reports, as data."""
+    import launch_state
+    import proc_shim
+
+    state = launch_state.assess(output_dir)
+    if not state["found"]:
+        raise UserError(f"no run found in {output_dir} (no readable {arl_common.STATUS_FILE})",
+                        "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
+    st = state["record"]
+    status, detail = st.get("status"), None
+    if status in ("starting", "running") and not state["alive"]:
+        status, detail = "failed", "vanished"
+    resources = proc_shim.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
+    start = run_metrics._parse_time(st.get("start_time"))
+    end = run_metrics._parse_time(st.get("end_time"))
+    log = tail_lines(output_dir / arl_common.LOG_FILE, max(lines, 200))
+    history = run_metrics.load_history(output_dir)
+    judge_errors = count_lines(output_dir / "judge_errors.jsonl")
+    rehearsal = arl_common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
+    rollouts = (rehearsal or {}).get("rollouts")
+    summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
+    return {
+        "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
+        "run_id": st.get("run_id"), "mode": st.get("mode"), "pid": st.get("pid"),
+        "runtime_s": round((end or time.time()) - start) if start else None,
+        "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
+        "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
+        "checkpoint": checkpoints(output_dir)["latest"], "checkpoints": checkpoints(output_dir),
+        "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
+        "progress": run_metrics.progress(history, st), "latest": run_metrics.latest(history, judge_errors),
+        "flags": run_metrics.flags(history, judge_errors, rollouts),
+        "stall": run_metrics.stall(history, st, log, state["alive"]),
+        "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
+    }
+
+
+def exit_code(data: dict) -> int:
+    return EXIT_FAIL if data["status"] == "failed" else EXIT_OK
+
+
+def hms(seconds) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def render(data: dict) -> str:
+    shown = f"{data['status']} ({data['detail']})" if data["detail"] else data["status"]
+    shown += " (alive)" if data["alive"] else ""
+    rows = [{"item": "status", "value": f"{shown}   run {data['run_id']}, mode {data['mode']}, pid {data['pid']}, "
+                                        f"up {hms(data['runtime_s'])}"}]
+    if data["status"] == "failed" and data.get("reason"):
+        rows.append({"item": "reason", "value": f"{data.get('failed_component') or ''}: {data['reason']}"})
+    if data["detail"] == "vanished":
+        rows.append({"item": "reason", "value": f"the run's process is gone ({data['why']}); clean up with "
+                                                f"stop_training.py --output-dir {data['output_dir']} --force"})
+    p = data["progress"]
+    rows.append({"item": "progress", "value": f"{run_metrics.bar(p['percent'])}  step {p['step']}/{p['total'] or '?'}"
+                                              f", median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
+    res = data["resources"]
+    rows.append({"item": "processes", "value": f"{res.get('processes', 0)} carrying the run id, CPU "
+                                               f"{res.get('cpu_percent', 0)} %, RSS {res.get('rss_bytes', 0) / 2**20:.0f} MiB"})
+    gpu = data["gpu_memory"]
+    rows.append({"item": "GPU memory", "value": gpu if isinstance(gpu, str) else f"{gpu['used_bytes'] / 2**30:.1f} GiB"})
+    rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
+    if data["resumed_from_step"] is not None:
+        rows.append({"item": "resumed from", "value": f"step {data['resumed_from_step']}"})
+    rows.append({"item": "judge errors", "value": str(data["judge_errors"])})
+    if data["rehearsal"]:
+        r = data["rehearsal"]
+        rows.append({"item": "rehearsal", "value": f"mean reward {r['mean_reward']}, {r['failed']} failed of "
+                                                   f"{r['rollouts']}, {r['judge_errors']} judge errors"})
+    for name, m in data["latest"].items():
+        if name != "judge_errors":
+            rows.append({"item": name, "value": f"{m['value']:.4g}" + (f" (trend {m['trend']:+.3g})" if m.get("trend") is not None else "")})
+    for f in data["flags"]:
+        rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
+    if data["stall"].get("stalled"):
+        rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
+    text = arl_common.render_table(rows, ["item", "value"])
+    return text + "\n\n" + "\n".join(data["log_tail"])
+
+
+def plot(output_dir: Path, target: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", arl_common.EXIT_ENV) from None
+    history = run_metrics.load_history(output_dir)
+    ckpts = checkpoints(output_dir)["steps"]
+    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    for ax, names, title in ((axes[0], ("reward", "val_reward"), "reward"), (axes[1], ("response_length",), "response length"),
+                             (axes[2], ("entropy",), "entropy")):
+        for name in names:
+            pts = run_metrics.series(history, name)
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], label=name, marker="." if len(pts) < 50 else None)
+        for step in ckpts:
+            ax.axvline(step, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(title)
+        ax.legend(loc="best") if ax.get_legend_handles_labels()[0] else None
+    axes[-1].set_xlabel("step (dotted lines: checkpoints)")
+    fig.tight_layout()
+    fig.savefig(target, dpi=100)
+    plt.close(fig)
+
+
+def build_parser() -> arl_common.ArgumentParser:
+    parser = arl_common.ArgumentParser(prog="check_status.py", description=__doc__.split("\n\n")[0],
+                                       epilog="example:\n  python scripts/check_status.py --output-dir outputs --json")
+    parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs)")
+    parser.add_argument("--lines", type=int, default=20, help="log lines to show (default 20)")
+    parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
+                        help="redraw every SECONDS (default 5) until the run ends")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step")
+    arl_common.add_common_flags(parser)
+    return parser
+
+
+def watch(output_dir: Path, args) -> int:
+    tty = sys.stdout.isatty()
+    while True:
+        data = collect(output_dir, args.lines)
+        if tty:
+            sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
+        else:
+            p = data["progress"]
+            print(f"{time.strftime('%H:%M:%S')} {data['status']}{' (' + data['detail'] + ')' if data['detail'] else ''} "
+                  f"step {p['step']}/{p['total'] or '?'} flags {len(data['flags'])}", flush=True)
+        sys.stdout.flush()
+        if data["status"] in arl_common.TERMINAL_STATES:
+            return exit_code(data)
+        time.sleep(max(0.2, args.watch))
+
+
+def body(args) -> int:
+    output_dir = arl_common.resolve_output_dir(args.output_dir)
+    if args.plot:
+        plot(output_dir, Path(args.plot))
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.watch is not None:
+        return watch(output_dir, args)
+    data = collect(output_dir, args.lines)
+    if args.json:
+        arl_common.print_json(arl_common.envelope(data["status"] != "failed", data=data))
+    else:
+        print(render(data))
+    return exit_code(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return arl_common.run_cli(body, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check scripts tests bench tools assets/generate_example.py
 	$(VENV)/bin/shellcheck scripts/*.sh tools/*.sh .ci/run
 	@rm -rf build/skill-lint && mkdir -p build/skill-lint/agentic-rl && cp SKILL.md build/skill-lint/agentic-rl/ \
-	  && $(VENV)/bin/skills-ref validate build/skill-lint/agentic-rl
+	  && $(VENV)/bin/agentskills validate build/skill-lint/agentic-rl
 
 test: $(STAMP) $(VERL_STAMP) lint
 	$(PY) -m pytest -q

@@ -39,8 +39,8 @@ def run(log_gb: float = 5.0, steps: int = 100_000) -> dict:
         ours = best(lambda: check_status.tail_lines(log, 20))
         tail = best(lambda: subprocess.run(["tail", "-n", "20", str(log)], capture_output=True, check=True))
         # The in-process part vs the whole of `tail` as a process; also check_status.py as a process.
-        cli = best(lambda: subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import check_status;"
-                                           " check_status.tail_lines(%r, 20)" % (str(Path(check_status.__file__).parent), str(log))],
+        cli = best(lambda: subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(check_status.__file__).parent)!r}); import check_status;"
+                                           f" check_status.tail_lines({str(log)!r}, 20)"],
                                           check=True), repeats=3)
         (out / "metrics").mkdir()
         with open(out / "metrics" / "attempt-0001.jsonl", "w") as fh:

@@ -34,9 +34,6 @@ GIB = 1024**3
 # VERL's FSDP resource pool asks Ray for a bundle of {"GPU": 1, "CPU": 3} per GPU
 # (verl/single_controller/ray/base.py, max_colocate_count=3), plus 1 CPU for its TaskRunner actor.
 CPUS_PER_GPU = 3
-# VERL 0.8.0 defaults (ppo_trainer.yaml, rollout.yaml), used when config_checks is not importable.
-VERL_DEFAULTS = {"trainer.n_gpus_per_node": 8, "trainer.nnodes": 1,
-                 "actor_rollout_ref.rollout.gpu_memory_utilization": 0.5}
 FREE_FRAC_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"
 
 
@@ -44,16 +41,9 @@ FREE_FRAC_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"
 
 
 def config_value(cfg: dict, dotted: str):
-    """The value VERL will use for a dotted key: config_checks.effective where it exists."""
-    try:
-        import config_checks
-    except ImportError:
-        node = cfg
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return VERL_DEFAULTS.get(dotted)
-            node = node[part]
-        return node
+    """The value VERL will use for a dotted key (the user's, else Agent Lightning's or VERL's default)."""
+    import config_checks
+
     return config_checks.effective(cfg, dotted)
 
 

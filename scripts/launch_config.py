@@ -202,12 +202,9 @@ def resume_plan(user_cfg: dict, overrides: list[str], ckpt_dir: Path, resume: bo
     step = latest_checkpoint(ckpt_dir)
     if resume:
         if step is None:
-            try:
-                import config_checks
+            import config_checks
 
-                save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
-            except ImportError:  # H2's module absent: the user's value, else VERL's default
-                save_freq = (user_cfg.get("trainer") or {}).get("save_freq", -1)
+            save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
             cause = (f"trainer.save_freq was {save_freq}, so the earlier run never saved one"
                      if isinstance(save_freq, int) and save_freq <= 0 else "no earlier run saved one here")
             raise Failure("config", f"nothing to resume: no checkpoint in {ckpt_dir} ({TRACKER} and its "

@@ -95,27 +95,17 @@ def _override(overrides: list[str], key: str) -> str | None:
     return value
 
 
-def setting(cfg: dict, overrides: list[str], dotted: str, default: object) -> object:
-    """The value a run will use: the last `--` override, else config_checks.effective (user value or the
-    VERL/Agent Lightning default), else the user's value or VERL 0.8.0's default given here."""
-    raw = _override(overrides, dotted)
-    if raw is not None:
-        return raw
-    try:
-        import config_checks
+def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
+    """The value a run will use: the last `--` override, else config_checks.effective (the user's value,
+    else Agent Lightning's or VERL 0.8.0's default)."""
+    import config_checks
 
-        return config_checks.effective(cfg, dotted)
-    except ImportError:
-        node: object = cfg
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        return node
+    raw = _override(overrides, dotted)
+    return raw if raw is not None else config_checks.effective(cfg, dotted)
 
 
 def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
-    raw = setting(cfg, overrides, GPU_KEY, 8)
+    raw = setting(cfg, overrides, GPU_KEY)
     try:
         n = int(raw)
     except (TypeError, ValueError):
@@ -132,7 +122,7 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
     ckpt = output_dir / arl_common.CHECKPOINTS_DIR
     if launch_config.latest_checkpoint(ckpt) is not None:
         return
-    save_freq = setting(cfg, overrides, "trainer.save_freq", -1)
+    save_freq = setting(cfg, overrides, "trainer.save_freq")
     given = _override(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
     where = f"{source.name}: " if given else ""
     cause = (f"{where}trainer.save_freq was {save_freq}{'' if given else ' (the default)'}, so the earlier run "

@@ -23,18 +23,10 @@ TIGHT_MARGIN = 0.10
 
 
 def _get(cfg: dict, dotted: str, default):
-    try:
-        import config_checks
+    import config_checks
 
-        value = config_checks.effective(cfg, dotted)
-        return default if value is None else value
-    except ImportError:
-        node = cfg
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        return node
+    value = config_checks.effective(cfg, dotted)
+    return default if value is None else value
 
 
 def estimate(params: int, cfg: dict, n_gpus: int, gpu_total_bytes: int | None,

@@ -335,23 +335,16 @@ def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
 def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
     if cfg is None:
         return []
-    try:
-        import config_checks  # the schema, did-you-mean and VERL cross-field rules
-    except ImportError as exc:  # a damaged bundle: say so, but let the data checks stand
-        return [Check("config.json", "warn", f"keys and VERL rules not checked: {exc}",
-                      "reinstall the bundle: scripts/config_checks.py belongs to it", "config.json")]
+    import config_checks  # the schema, did-you-mean and VERL cross-field rules
+
     return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
 
 
 def train_batch_size(cfg: dict) -> int | None:
     """data.train_batch_size as VERL will use it (the user's value, else the default)."""
-    try:
-        import config_checks
-    except ImportError:
-        data = cfg.get("data")
-        value = data.get("train_batch_size") if isinstance(data, dict) else None
-    else:
-        value = config_checks.effective(cfg, "data.train_batch_size")
+    import config_checks
+
+    value = config_checks.effective(cfg, "data.train_batch_size")
     return value if type(value) is int else None
 
 

@@ -372,7 +372,7 @@ def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
 
 
 def test_resume_setting_follows_the_overrides():
-    assert launch_state.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq", 0) == "-1"
+    assert launch_state.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
     assert launch_state.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
     assert launch_state.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
     with pytest.raises(arl_common.UserError, match="n_gpus_per_node"):

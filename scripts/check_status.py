@@ -89,13 +89,14 @@ def collect(output_dir: Path, lines: int = 20) -> dict:
     if status in ("starting", "running") and not state["alive"]:
         status, detail = "failed", "vanished"
     resources = proc_shim.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
-    start = run_metrics._parse_time(st.get("start_time"))
-    end = run_metrics._parse_time(st.get("end_time"))
+    start = run_metrics.parse_time(st.get("start_time"))
+    end = run_metrics.parse_time(st.get("end_time"))
     log = tail_lines(output_dir / arl_common.LOG_FILE, max(lines, 200))
     history = run_metrics.load_history(output_dir)
     judge_errors = count_lines(output_dir / "judge_errors.jsonl")
     rehearsal = arl_common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
     rollouts = (rehearsal or {}).get("rollouts")
+    ckpts = checkpoints(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
     return {
         "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
@@ -103,7 +104,7 @@ def collect(output_dir: Path, lines: int = 20) -> dict:
         "runtime_s": round((end or time.time()) - start) if start else None,
         "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
-        "checkpoint": checkpoints(output_dir)["latest"], "checkpoints": checkpoints(output_dir),
+        "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
         "progress": run_metrics.progress(history, st), "latest": run_metrics.latest(history, judge_errors),
         "flags": run_metrics.flags(history, judge_errors, rollouts),

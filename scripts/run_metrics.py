@@ -11,6 +11,7 @@ repeats. Thresholds and their reasons: references/metrics.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -61,7 +62,7 @@ def attempt_files(output_dir: Path) -> list[Path]:
     return files
 
 
-def load_history(output_dir: Path) -> list[dict]:
+def load_history(output_dir: Path) -> History:
     """[{"step", "data", "attempt", "time"}] in step order; a partial last line is skipped."""
     by_step: dict[int, dict] = {}
     for attempt, path in enumerate(attempt_files(output_dir), 1):
@@ -79,18 +80,34 @@ def load_history(output_dir: Path) -> list[dict]:
                     prev["data"].update(data)  # several lines for one step (training, then validation)
                 else:
                     by_step[step] = {"step": step, "data": dict(data), "attempt": attempt, "file_mtime": mtime}
-    return [by_step[s] for s in sorted(by_step)]
+    return History(by_step[s] for s in sorted(by_step))
 
 
-def pick(data: dict, name: str):
-    for key in KEYS[name]:
-        if key in data and isinstance(data[key], (int, float)):
-            return data[key]
-    return None
+def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """Every KEYS series in one pass over the history: (step, value) per step that has a number."""
+    cols: dict[str, list[tuple[int, float]]] = {name: [] for name in KEYS}
+    for h in history:
+        data, step = h["data"], h["step"]
+        for name, keys in KEYS.items():
+            for key in keys:
+                value = data.get(key)
+                if isinstance(value, (int, float)):
+                    cols[name].append((step, value))
+                    break
+    return cols
+
+
+class History(list):
+    """load_history's result: the steps, plus their columns computed once for every reader."""
+
+    @functools.cached_property
+    def columns(self) -> dict[str, list[tuple[int, float]]]:
+        return columns(self)
 
 
 def series(history: list[dict], name: str) -> list[tuple[int, float]]:
-    return [(h["step"], v) for h in history if (v := pick(h["data"], name)) is not None]
+    cols = history.columns if isinstance(history, History) else columns(history)
+    return cols[name]
 
 
 def trend(values: list[float]) -> float | None:
@@ -142,8 +159,10 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
     def add(flag, step, value, message, hint):
         out.append({"flag": flag, "step": step, "value": value, "message": message, "hint": hint})
 
+    watched: dict[str, bool] = {}  # key -> is it a loss, grad norm or KL (the regex runs once per key)
     for h in history:
-        bad = [k for k, v in h["data"].items() if NAN_KEYS.search(k) and isinstance(v, float) and not math.isfinite(v)]
+        bad = [k for k, v in h["data"].items() if isinstance(v, float) and not math.isfinite(v)
+               and watched.setdefault(k, bool(NAN_KEYS.search(k)))]
         if bad:
             add("nan", h["step"], bad[0], f"{bad[0]} is {h['data'][bad[0]]} at step {h['step']}",
                 "training has diverged: stop, lower the learning rate or resume from an earlier checkpoint")
@@ -208,7 +227,7 @@ def stall(history: list[dict], status: dict, log_lines: list[str], alive: bool, 
         limit = STALL_K * statistics.median(times) if times else STALL_FLOOR_S
         limit = max(limit, 60.0)
     else:
-        last_time = _parse_time(status.get("start_time")) or now
+        last_time = parse_time(status.get("start_time")) or now
         limit = STALL_FLOOR_S
     idle = now - last_time
     if idle > limit:
@@ -221,7 +240,7 @@ def stall(history: list[dict], status: dict, log_lines: list[str], alive: bool, 
     return out
 
 
-def _parse_time(text: str | None) -> float | None:
+def parse_time(text: str | None) -> float | None:
     from datetime import datetime
 
     try:

@@ -24,28 +24,38 @@ import time
 from pathlib import Path
 
 import arl_common
+import metrics_history
 import run_metrics
 from arl_common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 TAIL_BLOCK = 64 * 1024
+TAIL_MAX_BYTES = 4 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
+TAIL_LINE_CHARS = 2000
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
-    """The last n lines, read backwards from the end in blocks: fast on a multi-GB log."""
+    """The last n lines, read backwards from the end in blocks, at most TAIL_MAX_BYTES: fast on a multi-GB
+    log. A carriage return ends a line too (progress bars); a line longer than TAIL_LINE_CHARS keeps its end."""
+    if n <= 0:
+        return []
     try:
         fh = open(path, "rb")
     except OSError:
         return []
     with fh:
-        end = os.fstat(fh.fileno()).st_size
-        buf, pos = b"", end
-        while pos > 0 and buf.count(b"\n") <= n:
-            step = min(TAIL_BLOCK, pos)
-            pos -= step
+        pos = os.fstat(fh.fileno()).st_size
+        floor = max(0, pos - TAIL_MAX_BYTES)
+        blocks, newlines, returns = [], 0, 0  # n lines are in hand once either count passes n
+        while pos > floor and max(newlines, returns) <= n:
+            size = min(TAIL_BLOCK, pos - floor)
+            pos -= size
             fh.seek(pos)
-            buf = fh.read(step) + buf
-        lines = buf.decode("utf-8", "replace").splitlines()
-        return [line.replace("\x00", "") for line in lines[-n:]] if n > 0 else []
+            block = fh.read(size)
+            blocks.append(block)
+            newlines, returns = newlines + block.count(b"\n"), returns + block.count(b"\r")
+    text = b"".join(reversed(blocks)).decode("utf-8", "replace").replace("\x00", "")
+    lines = text.splitlines()[-n:]
+    return [line if len(line) <= TAIL_LINE_CHARS else "..." + line[-TAIL_LINE_CHARS:] for line in lines]
 
 
 def count_lines(path: Path) -> int:
@@ -57,6 +67,9 @@ def count_lines(path: Path) -> int:
 
 
 def gpu_memory(pids: list[int]) -> dict | str:
+    """GPU memory held by the run's processes; "n/a" without NVML, or with no process to ask about."""
+    if not pids:
+        return "n/a"
     try:
         import nvml_shim
 
@@ -75,8 +88,8 @@ def checkpoints(output_dir: Path) -> dict:
     return {"latest": launch_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
 
 
-def collect(output_dir: Path, lines: int = 20) -> dict:
-    """Everything check_status reports, as data."""
+def collect(output_dir: Path, lines: int = 20, reader: metrics_history.HistoryReader | None = None) -> dict:
+    """Everything check_status reports, as data. A reader kept across calls parses only new metrics."""
     import launch_state
     import proc_shim
 
@@ -92,7 +105,7 @@ def collect(output_dir: Path, lines: int = 20) -> dict:
     start = run_metrics.parse_time(st.get("start_time"))
     end = run_metrics.parse_time(st.get("end_time"))
     log = tail_lines(output_dir / arl_common.LOG_FILE, max(lines, 200))
-    history = run_metrics.load_history(output_dir)
+    history = (reader or metrics_history.HistoryReader(output_dir)).read()
     judge_errors = count_lines(output_dir / "judge_errors.jsonl")
     rehearsal = arl_common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
     rollouts = (rehearsal or {}).get("rollouts")
@@ -169,13 +182,13 @@ def plot(output_dir: Path, target: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", arl_common.EXIT_ENV) from None
-    history = run_metrics.load_history(output_dir)
+    history = metrics_history.load_history(output_dir)
     ckpts = checkpoints(output_dir)["steps"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for ax, names, title in ((axes[0], ("reward", "val_reward"), "reward"), (axes[1], ("response_length",), "response length"),
                              (axes[2], ("entropy",), "entropy")):
         for name in names:
-            pts = run_metrics.series(history, name)
+            pts = metrics_history.series(history, name)
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], label=name, marker="." if len(pts) < 50 else None)
         for step in ckpts:
@@ -202,8 +215,9 @@ def build_parser() -> arl_common.ArgumentParser:
 
 def watch(output_dir: Path, args) -> int:
     tty = sys.stdout.isatty()
+    reader = metrics_history.HistoryReader(output_dir)
     while True:
-        data = collect(output_dir, args.lines)
+        data = collect(output_dir, args.lines, reader)
         if tty:
             sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
         else:

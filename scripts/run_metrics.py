@@ -1,8 +1,7 @@
-"""A run's metrics history, progress, health flags and stall watchdog, from the run's own files.
+"""Progress, latest metrics, health flags and the stall watchdog of a run, from its own files.
 
-The history is VERL's `file` logger output, one file per attempt (O/metrics/attempt-NNNN.jsonl,
-since VERL truncates its file on every start), read as one: a later attempt wins for a step it
-repeats. Thresholds and their reasons: references/metrics.md.
+The history comes from metrics_history (one file per attempt, read as one). Thresholds and
+their reasons: references/metrics.md.
 
     >>> from run_metrics import flags
     >>> flags([{"step": 1, "data": {"actor/grad_norm": float("nan")}}])[0]["flag"]
@@ -11,15 +10,23 @@ repeats. Thresholds and their reasons: references/metrics.md.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import re
 import statistics
 import time
-from pathlib import Path
 
-import arl_common
+from metrics_history import (
+    DROPPED_PREFIX,
+    KEYS,
+    N_COLLECTED,
+    N_GROUPS,
+    N_ROLLOUTS,
+    N_ZERO_ADV,
+    key_series,
+    key_union,
+    recent,
+    series,
+)
 
 TREND_K = 5
 # Health thresholds (references/metrics.md explains each).
@@ -32,18 +39,6 @@ ENTROPY_SPIKE = 3.0  # latest above 3x the early median
 ERROR_SHARE_MAX = 0.1
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
-# Key families: stock VERL first, then Agent Lightning's loop.
-KEYS = {
-    "reward": ("training/reward", "critic/score/mean"),
-    "val_reward": ("val/reward", "val/test_score/mean"),
-    "reward_std": ("critic/score/std", "training/reward_std"),
-    "response_length": ("response_length/mean",),
-    "clip_ratio": ("response_length/clip_ratio",),
-    "entropy": ("actor/entropy",),
-    "kl": ("actor/kl_loss", "actor/ppo_kl"),
-    "grad_norm": ("actor/grad_norm",),
-    "step_time": ("timing_s/step", "perf/time_per_step"),
-}
 NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)
 PHASES = (  # the last of these seen in the log names the phase a stalled run is in
     ("loading model", re.compile(r"(from_pretrained|Loading checkpoint shards|model load|init_model)", re.I)),
@@ -52,62 +47,6 @@ PHASES = (  # the last of these seen in the log names the phase a stalled run is
     ("update", re.compile(r"(update_actor|update_policy|compute_log_prob|ppo_epoch)", re.I)),
     ("validation", re.compile(r"(validate|val/)", re.I)),
 )
-
-
-def attempt_files(output_dir: Path) -> list[Path]:
-    files = sorted((Path(output_dir) / "metrics").glob("attempt-*.jsonl"))
-    legacy = Path(output_dir) / arl_common.METRICS_FILE
-    if legacy.is_file() and not legacy.is_symlink():
-        files.insert(0, legacy)
-    return files
-
-
-def load_history(output_dir: Path) -> History:
-    """[{"step", "data", "attempt", "time"}] in step order; a partial last line is skipped."""
-    by_step: dict[int, dict] = {}
-    for attempt, path in enumerate(attempt_files(output_dir), 1):
-        mtime = path.stat().st_mtime
-        with path.open("rb") as fh:
-            for raw in fh:
-                try:
-                    rec = json.loads(raw)
-                    step = int(rec["step"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
-                prev = by_step.get(step)
-                if prev is not None and prev["attempt"] == attempt:
-                    prev["data"].update(data)  # several lines for one step (training, then validation)
-                else:
-                    by_step[step] = {"step": step, "data": dict(data), "attempt": attempt, "file_mtime": mtime}
-    return History(by_step[s] for s in sorted(by_step))
-
-
-def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    """Every KEYS series in one pass over the history: (step, value) per step that has a number."""
-    cols: dict[str, list[tuple[int, float]]] = {name: [] for name in KEYS}
-    for h in history:
-        data, step = h["data"], h["step"]
-        for name, keys in KEYS.items():
-            for key in keys:
-                value = data.get(key)
-                if isinstance(value, (int, float)):
-                    cols[name].append((step, value))
-                    break
-    return cols
-
-
-class History(list):
-    """load_history's result: the steps, plus their columns computed once for every reader."""
-
-    @functools.cached_property
-    def columns(self) -> dict[str, list[tuple[int, float]]]:
-        return columns(self)
-
-
-def series(history: list[dict], name: str) -> list[tuple[int, float]]:
-    cols = history.columns if isinstance(history, History) else columns(history)
-    return cols[name]
 
 
 def trend(values: list[float]) -> float | None:
@@ -119,12 +58,11 @@ def trend(values: list[float]) -> float | None:
 def latest(history: list[dict], judge_errors: int = 0) -> dict:
     out = {}
     for name in KEYS:
-        pts = series(history, name)
+        pts = recent(history, name, TREND_K)
         if pts:
             out[name] = {"value": pts[-1][1], "step": pts[-1][0], "trend": trend([v for _, v in pts])}
-    dropped = {k: v for k, v in (history[-1]["data"].items() if history else ()) if k.startswith("training/n_sample_dropped")}
-    if dropped:
-        out["dropped_samples"] = {"value": sum(v for v in dropped.values() if isinstance(v, (int, float)))}
+    if history and any(k.startswith(DROPPED_PREFIX) for k in history[-1]["data"]):
+        out["dropped_samples"] = {"value": dropped_samples(history[-1]["data"])}
     out["judge_errors"] = {"value": judge_errors}
     return out
 
@@ -152,6 +90,25 @@ def bar(percent: float | None, width: int = 30) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + f"] {percent:.1f}%"
 
 
+def dropped_samples(data: dict) -> float:
+    return sum(v for k, v in data.items() if k.startswith(DROPPED_PREFIX) and isinstance(v, (int, float)))
+
+
+def first_where(history: list[dict], test) -> dict | None:
+    return next((h for h in history if test(h["data"])), None)
+
+
+def last_where(history: list[dict], n: int, test) -> list[dict]:
+    """The last n steps passing test, in step order, reading back from the end only as far as needed."""
+    found = []
+    for h in reversed(history):
+        if len(found) == n:
+            break
+        if test(h["data"]):
+            found.append(h)
+    return found[::-1]
+
+
 def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = None) -> list[dict]:
     """Health flags, each {"flag", "step", "value", "message", "hint"}."""
     out: list[dict] = []
@@ -160,16 +117,18 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
         out.append({"flag": flag, "step": step, "value": value, "message": message, "hint": hint})
 
     watched: dict[str, bool] = {}  # key -> is it a loss, grad norm or KL (the regex runs once per key)
-    for h in history:
+    suspects = getattr(history, "nonfinite_suspects", None)
+    for h in history if suspects is None else (h for h in history if h["step"] in suspects):
         bad = [k for k, v in h["data"].items() if isinstance(v, float) and not math.isfinite(v)
                and watched.setdefault(k, bool(NAN_KEYS.search(k)))]
         if bad:
             add("nan", h["step"], bad[0], f"{bad[0]} is {h['data'][bad[0]]} at step {h['step']}",
                 "training has diverged: stop, lower the learning rate or resume from an earlier checkpoint")
             break
-    stds = series(history, "reward_std")
-    zero_adv = [(h["step"], h["data"]["training/n_zero_adv_groups"] / h["data"]["training/n_groups"])
-                for h in history if h["data"].get("training/n_groups") and "training/n_zero_adv_groups" in h["data"]]
+    stds = recent(history, "reward_std", ZERO_STD_STEPS)
+    present = key_union(history)
+    zero_adv = last_where(history, ZERO_STD_STEPS, lambda d: d.get(N_GROUPS) and N_ZERO_ADV in d) if N_GROUPS in present else []
+    zero_adv = [(h["step"], h["data"][N_ZERO_ADV] / h["data"][N_GROUPS]) for h in zero_adv]
     if len(stds) >= ZERO_STD_STEPS and all(abs(v) < ZERO_STD for _, v in stds[-ZERO_STD_STEPS:]):
         add("no_signal", stds[-1][0], stds[-1][1], f"reward std is 0 for the last {ZERO_STD_STEPS} steps",
             "every sample of a group gets the same reward: no learning signal (task too easy/hard, or a judge that "
@@ -178,7 +137,7 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
         add("no_signal", zero_adv[-1][0], round(zero_adv[-1][1], 3),
             f"{zero_adv[-1][1]:.0%} of groups have zero advantage for {ZERO_STD_STEPS} steps",
             "groups get identical rewards: no learning signal; raise rollout.n or make the reward finer")
-    clip = series(history, "clip_ratio")
+    clip = recent(history, "clip_ratio", 1)
     if clip and clip[-1][1] > CLIP_RATIO_MAX:
         add("clipped", clip[-1][0], clip[-1][1], f"{clip[-1][1]:.0%} of responses hit max_response_length",
             "raise data.max_response_length or penalise length in the judge")
@@ -192,17 +151,26 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
         elif early > 0 and last > ENTROPY_SPIKE * early:
             add("entropy_spike", ent[-1][0], last, f"entropy rose to {last:.3g} from {early:.3g}",
                 "the policy may be degenerating into noise: check the responses, lower the lr")
+    if rollouts is None and N_ROLLOUTS in present:  # a training run: its rollouts so far, from the metrics
+        rollouts = sum(v for _, v in key_series(history, N_ROLLOUTS))
     if rollouts and judge_errors / rollouts > ERROR_SHARE_MAX:
         add("judge_errors", None, judge_errors, f"{judge_errors} judge errors in {rollouts} rollouts",
             "read O/judge_errors.jsonl and fix judge.py: those samples train on reward 0")
-    dropped = [(h["step"], sum(v for k, v in h["data"].items() if k.startswith("training/n_sample_dropped")
-                                and isinstance(v, (int, float))), h["data"].get("training/n_samples")) for h in history]
-    dropped = [(s, d, n) for s, d, n in dropped if n]
-    if len(dropped) >= 2 and dropped[-1][1] / dropped[-1][2] > ERROR_SHARE_MAX and dropped[-1][1] > dropped[0][1]:
-        add("dropped_samples", dropped[-1][0], dropped[-1][1], f"{dropped[-1][1]} of {dropped[-1][2]} samples dropped",
-            "rollouts are failing or too long: see the controller log and trace_aggregator lengths")
-    train, val = series(history, "reward"), series(history, "val_reward")
-    if len(train) >= 2 and len(val) >= 3 and val[-1][1] < val[-3][1] and train[-1][1] > train[0][1]:
+
+    def has_collected(d):
+        return d.get(N_COLLECTED)
+
+    first = first_where(history, has_collected) if N_COLLECTED in present else None
+    last = last_where(history, 1, has_collected) if first is not None else []
+    if first is not None and last[0] is not first:  # the share of dropped samples, first step to latest
+        share = [dropped_samples(h["data"]) / h["data"][N_COLLECTED] for h in (first, last[0])]
+        if share[1] > ERROR_SHARE_MAX and share[1] > share[0]:
+            shown, total = dropped_samples(last[0]["data"]), last[0]["data"][N_COLLECTED]
+            add("dropped_samples", last[0]["step"], shown, f"{shown:g} of {total:g} samples dropped (was {share[0]:.0%})",
+                "rollouts are failing or too long: see the controller log and trace_aggregator lengths")
+    train = recent(history, "reward", 1, first=True) + recent(history, "reward", 1)
+    val = recent(history, "val_reward", 3)
+    if len(train) == 2 and train[0] != train[1] and len(val) >= 3 and val[-1][1] < val[-3][1] and train[1][1] > train[0][1]:
         add("overfitting", val[-1][0], val[-1][1], f"val reward falling ({val[-3][1]:.3g} -> {val[-1][1]:.3g}) "
             "while train reward rises", "possible overfitting or reward hacking: inspect samples, keep an earlier checkpoint")
     return out
@@ -222,8 +190,9 @@ def stall(history: list[dict], status: dict, log_lines: list[str], alive: bool, 
     if status.get("status") != "running" or not alive:
         return out
     times = [t for _, t in series(history, "step_time")]
-    if history:
-        last_time = history[-1]["file_mtime"]
+    last_write = getattr(history, "mtimes", {}).get(history[-1]["attempt"]) if history else None
+    if last_write is not None:  # the file of the latest step was last written then
+        last_time = last_write
         limit = STALL_K * statistics.median(times) if times else STALL_FLOOR_S
         limit = max(limit, 60.0)
     else:

@@ -6,11 +6,13 @@ import json
 import math
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import arl_common
 import check_status
+import metrics_history
 import proc_shim
 import pytest
 import run_metrics
@@ -75,6 +77,34 @@ def test_entropy_collapse_and_clip_ratio(tmp_path):
     assert {"entropy_collapse", "clipped"} == set(flags)
 
 
+def test_zero_advantage_groups_flag_no_signal_from_agent_lightning_counts(tmp_path):
+    flags = flag_names(tmp_path, training__n_groups=lambda s: 16, training__n_zero_adv_groups=lambda s: 4 if s < 8 else 16)
+    assert set(flags) == {"no_signal"} and flags["no_signal"]["value"] == 1.0 and flags["no_signal"]["step"] == 10
+    assert flag_names(tmp_path, training__n_groups=lambda s: 16, training__n_zero_adv_groups=lambda s: 4) == {}
+
+
+def test_rising_share_of_dropped_samples(tmp_path):
+    collected = {"training__n_sample_collected": lambda s: 64}
+    flags = flag_names(tmp_path, **collected, training__n_sample_dropped__marked=lambda s: 2 * s,
+                       training__n_sample_dropped__random=lambda s: 1)
+    assert set(flags) == {"dropped_samples"} and flags["dropped_samples"]["value"] == 21
+    # A steady share (here: the floor to a mini-batch multiple) is not a rising one.
+    assert flag_names(tmp_path, **collected, training__n_sample_dropped__same_reward=lambda s: 16) == {}
+
+
+def test_judge_errors_in_a_training_run_are_counted_against_its_rollouts(tmp_path):
+    (tmp_path / "judge_errors.jsonl").parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "judge_errors.jsonl").write_text('{"error": "ZeroDivisionError"}\n' * 9)
+    assert set(flag_names(tmp_path, training__n_rollouts=lambda s: 8)) == {"judge_errors"}  # 9 of 80
+    assert flag_names(tmp_path, training__n_rollouts=lambda s: 16) == {}  # 9 of 160
+
+
+def test_val_reward_falling_while_train_rises_and_entropy_spike(tmp_path):
+    flags = flag_names(tmp_path, val__reward=lambda s: 1.0 - 0.05 * s, actor__entropy=lambda s: 1.0 if s < 8 else 4.0)
+    assert set(flags) == {"overfitting", "entropy_spike"}
+    assert flags["overfitting"]["step"] == 10 and flags["entropy_spike"]["value"] == 4.0
+
+
 def test_stalled_run_with_a_live_process(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": "stall-run"})
     try:
@@ -98,10 +128,104 @@ def test_resumed_history_merges_attempts(tmp_path):
     write_status(tmp_path, resumed_from_step=5)
     write_history(tmp_path, range(1, 8), AGL, attempt=1)
     write_history(tmp_path, range(6, 11), AGL, attempt=2, training__reward=lambda s: 9.0)
-    hist = run_metrics.load_history(tmp_path)
+    hist = metrics_history.load_history(tmp_path)
     assert [h["step"] for h in hist] == list(range(1, 11))
     assert hist[5]["data"]["training/reward"] == 9.0 and hist[4]["attempt"] == 1  # the later attempt wins
     assert check_status.collect(tmp_path)["resumed_from_step"] == 5
+
+
+def write_lines(out: Path, lines: list[bytes], attempt: int = 1) -> None:
+    (out / "metrics").mkdir(parents=True, exist_ok=True)
+    (out / "metrics" / f"attempt-{attempt:04d}.jsonl").write_bytes(b"".join(lines))
+
+
+def line(step, **data) -> bytes:
+    return json.dumps({"step": step, "data": {k.replace("__", "/"): v for k, v in data.items()}}).encode() + b"\n"
+
+
+PARSERS = pytest.mark.parametrize("parser", ["orjson", "json"])
+
+
+def use_parser(monkeypatch, parser):
+    if parser == "json":  # what runs where orjson is not installed
+        monkeypatch.setitem(sys.modules, "orjson", None)
+    monkeypatch.setattr(metrics_history, "FAST_LOADS", metrics_history.strict_loads())
+    assert (metrics_history.FAST_LOADS.__module__ == "orjson") == (parser == "orjson")
+
+
+@PARSERS
+def test_bad_lines_cost_only_themselves(tmp_path, monkeypatch, parser):
+    use_parser(monkeypatch, parser)
+    lines = [line(s, training__reward=0.1 * s) for s in range(1, 9)]
+    lines[2] = b"not json\n"
+    lines[4] = b"\n"
+    lines[5] = b'{"step": 6, "data": [1, 2]}\n'  # data that is not an object: the step stays, with no metrics
+    lines.append(b'{"step": 9, "data": {"training/rew')  # the writer is mid-line
+    write_lines(tmp_path, lines)
+    hist = metrics_history.load_history(tmp_path)
+    assert [h["step"] for h in hist] == [1, 2, 4, 6, 7, 8]
+    assert hist[3]["data"] == {} and metrics_history.series(hist, "reward")[-1] == (8, pytest.approx(0.8))
+
+
+@PARSERS
+def test_nonfinite_found_and_only_in_watched_keys(tmp_path, monkeypatch, parser):
+    use_parser(monkeypatch, parser)
+    lines = [line(s, actor__grad_norm=0.5, actor__entropy=1.0) for s in range(1, 41)]
+    lines[9] = line(10, actor__grad_norm=0.5, perf__throughput=math.inf)  # not a loss, grad norm or KL
+    lines[30] = line(31, actor__kl_loss=-math.inf)
+    write_lines(tmp_path, lines)
+    hist = metrics_history.load_history(tmp_path)
+    assert hist.nonfinite_suspects == {10, 31}
+    (nan,) = [f for f in run_metrics.flags(hist) if f["flag"] == "nan"]
+    assert nan["step"] == 31 and nan["value"] == "actor/kl_loss"
+    assert run_metrics.flags(list(hist)) == run_metrics.flags(hist)  # a plain list scans every step, same answer
+
+
+def test_both_key_families_in_one_run_merge_first_named_key_winning(tmp_path):
+    write_lines(tmp_path, [line(1, training__reward=0.1), line(2, training__reward=0.2, critic__score__mean=0.9),
+                           line(3, critic__score__mean=0.3), line(4, training__reward="n/a")])
+    hist = metrics_history.load_history(tmp_path)
+    assert metrics_history.series(hist, "reward") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert metrics_history.columns(list(hist)) == metrics_history.columns(hist)
+    fresh = metrics_history.load_history(tmp_path)  # nothing cached: recent() reads from the ends
+    assert metrics_history.recent(fresh, "reward", 2) == [(2, 0.2), (3, 0.3)]
+    assert metrics_history.recent(fresh, "reward", 1, first=True) == [(1, 0.1)]
+    assert metrics_history.recent(fresh, "entropy", 3) == [] and not fresh.series_cache
+
+
+def test_reader_parses_only_appended_lines_and_starts_over_when_a_file_is_replaced(tmp_path, monkeypatch):
+    write_lines(tmp_path, [line(s, training__reward=0.1 * s) for s in range(1, 6)])
+    path = tmp_path / "metrics" / "attempt-0001.jsonl"
+    reader = metrics_history.HistoryReader(tmp_path)
+    assert [h["step"] for h in reader.read()] == [1, 2, 3, 4, 5]
+    with open(path, "ab") as fh:  # step 6, and step 7 half written
+        fh.write(line(6, training__reward=0.6) + line(7, training__reward=0.7)[:20])
+    parsed = []
+    real = metrics_history.FAST_LOADS
+    monkeypatch.setattr(metrics_history, "FAST_LOADS", lambda raw: parsed.append(raw) or real(raw))
+    assert [h["step"] for h in reader.read()] == [1, 2, 3, 4, 5, 6] and len(parsed) == 2  # step 6 + the half line
+    with open(path, "ab") as fh:
+        fh.write(line(7, training__reward=0.7)[20:])
+    hist = reader.read()
+    assert metrics_history.series(hist, "reward")[-1] == (7, 0.7) and len(parsed) == 3  # only the finished line
+    write_lines(tmp_path, [line(1, training__reward=0.9)], attempt=2)  # a resume: a new attempt file
+    assert reader.read()[0]["data"] == {"training/reward": 0.9}
+    path.unlink()  # the first attempt's file replaced by a shorter one: start over
+    write_lines(tmp_path, [line(1, critic__score__mean=0.5)])
+    hist = reader.read()
+    assert [h["step"] for h in hist] == [1] and hist[0]["attempt"] == 2 and hist.keys == {"critic/score/mean", "training/reward"}
+    assert reader.read() == metrics_history.load_history(tmp_path)
+    with open(path, "r+b") as fh:  # truncated and rewritten in place, longer than before: same inode
+        fh.truncate(0)
+        fh.write(b"".join(line(s, critic__score__mean=1.0) for s in range(1, 30)))
+    assert reader.read() == metrics_history.load_history(tmp_path)
+
+
+def test_metrics_module_doctests():
+    import doctest
+
+    for module in (metrics_history, run_metrics):
+        assert doctest.testmod(module).failed == 0
 
 
 def test_no_run_is_exit_2_and_vanished_is_exit_1(tmp_path, capsys):
@@ -115,6 +239,19 @@ def test_no_run_is_exit_2_and_vanished_is_exit_1(tmp_path, capsys):
 def test_stopped_and_completed_exit_0(tmp_path):
     write_status(tmp_path, status="stopped")
     assert check_status.main(["--output-dir", str(tmp_path)]) == 0
+
+
+def test_gpu_memory_counts_only_the_runs_processes(monkeypatch):
+    import fake_nvml
+
+    fake = fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=[(4242, 3 * fake_nvml.GIB),
+                                                                                      (5151, fake_nvml.GIB)]),
+                                                            fake_nvml.FakeGpu(processes=[(4242, None)])]))
+    mem = check_status.gpu_memory([4242])
+    assert [p["pid"] for p in mem["processes"]] == [4242, 4242] and mem["used_bytes"] == 3 * fake_nvml.GIB
+    assert check_status.gpu_memory([]) == "n/a" and fake.calls.count("nvmlInit") == 1  # no process: NVML not asked
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert check_status.gpu_memory([4242]) == "n/a"
 
 
 def test_tail_of_a_2gb_sparse_log_without_reading_it(tmp_path):
@@ -131,6 +268,33 @@ def test_tail_of_a_2gb_sparse_log_without_reading_it(tmp_path):
     tracemalloc.stop()
     assert lines == [f"line {i}" for i in range(25, 30)]
     assert peak < 4 * check_status.TAIL_BLOCK  # only the last block was read, not 2 GB
+
+
+def test_tail_of_a_sparse_log_with_fewer_lines_than_asked_reads_a_bounded_end(tmp_path):
+    log = tmp_path / "training.log"
+    with open(log, "wb") as fh:  # 2 GB of holes then 3 lines: the start is never reached
+        fh.truncate(2 * 2**30)
+        fh.seek(0, 2)
+        fh.write(b"a\nb\nc\n")
+    import tracemalloc
+
+    tracemalloc.start()
+    lines = check_status.tail_lines(log, 200)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert lines == ["a", "b", "c"]  # the holes before "a" are NULs, dropped
+    assert peak < 4 * check_status.TAIL_MAX_BYTES
+
+
+def test_tail_splits_progress_bars_and_keeps_the_end_of_a_long_line(tmp_path):
+    log = tmp_path / "training.log"
+    bar = "".join(f"\rTraining Progress: {i}%" for i in range(101))
+    log.write_text("loading model\r\n" + bar + "\n" + "x" * 5000 + "END\n")
+    lines = check_status.tail_lines(log, 3)
+    assert lines[0] == "Training Progress: 99%" and lines[1] == "Training Progress: 100%"
+    assert lines[2].startswith("...") and lines[2].endswith("END") and len(lines[2]) == check_status.TAIL_LINE_CHARS + 3
+    assert check_status.tail_lines(log, 200)[0] == "loading model"  # CRLF is one break
+    assert check_status.tail_lines(log, 0) == [] and check_status.tail_lines(tmp_path / "none", 5) == []
 
 
 def test_plot_writes_a_decodable_png(tmp_path):

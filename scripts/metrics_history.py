@@ -1,0 +1,239 @@
+"""A run's metrics history: VERL's `file` logger output, one file per attempt, read as one.
+
+Each attempt writes O/metrics/attempt-NNNN.jsonl (VERL truncates its file on every start); a later
+attempt wins for a step it repeats. Lines are `{"step": N, "data": {...}}`; the step comes from
+`step` (Agent Lightning's loop logs no training/global_step). Both key families are read.
+
+    >>> from metrics_history import History, series
+    >>> series(History([{"step": 1, "data": {"critic/score/mean": 0.5}}]), "reward")
+    [(1, 0.5)]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import arl_common
+
+# Both key families (stock VERL, Agent Lightning's loop); where a step has both, the first named wins.
+KEYS = {
+    "reward": ("training/reward", "critic/score/mean"),
+    "val_reward": ("val/reward", "val/test_score/mean"),
+    "reward_std": ("critic/score/std", "training/reward_std"),
+    "response_length": ("response_length/mean",),
+    "clip_ratio": ("response_length/clip_ratio",),
+    "entropy": ("actor/entropy",),
+    "kl": ("actor/kl_loss", "actor/ppo_kl"),
+    "grad_norm": ("actor/grad_norm",),
+    "step_time": ("timing_s/step", "perf/time_per_step"),
+}
+# Agent Lightning's loop (agentlightning/verl/trainer.py): samples collected per step and those dropped
+# (training/n_sample_dropped/{marked,same_reward,random}); GRPO groups and those with one reward.
+DROPPED_PREFIX = "training/n_sample_dropped"
+N_COLLECTED, N_GROUPS, N_ZERO_ADV = "training/n_sample_collected", "training/n_groups", "training/n_zero_adv_groups"
+N_ROLLOUTS = "training/n_rollouts"
+
+
+def attempt_files(output_dir: Path) -> list[Path]:
+    files = sorted((Path(output_dir) / "metrics").glob("attempt-*.jsonl"))
+    legacy = Path(output_dir) / arl_common.METRICS_FILE
+    if legacy.is_file() and not legacy.is_symlink():
+        files.insert(0, legacy)
+    return files
+
+
+def may_be_nonfinite(raw: bytes) -> bool:
+    # The tokens json.dumps (VERL's file logger) writes for nan/inf; a memmem scan, no regex.
+    return b"NaN" in raw or b"Infinity" in raw
+
+
+def _reject_constant(token: str):
+    raise ValueError(f"non-finite {token}")
+
+
+def strict_loads():
+    """A parser that refuses NaN/Infinity, so those few lines take the slow path that marks them.
+    orjson (a dependency) is about 3x faster than json on VERL-width lines; json stands in without it."""
+    try:
+        import orjson
+
+        return orjson.loads
+    except ImportError:
+        return functools.partial(json.loads, parse_constant=_reject_constant)
+
+
+FAST_LOADS = strict_loads()
+# What a step keeps of its line: the summary's keys (dropped-sample counts join as they are seen).
+# A line holding NaN/Infinity keeps every key, for the non-finite scan.
+SUMMARY_KEYS = frozenset({k for keys in KEYS.values() for k in keys}
+                         | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS})
+
+
+HEAD_BYTES = 256
+
+
+def identity(path: Path, st, head_bytes: int) -> tuple[tuple[int, int], bytes]:
+    """A file's (dev, inode) and first bytes: a file truncated and rewritten in place (VERL's own metrics
+    file on a restart) keeps its inode, not its first line."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(head_bytes)
+    except OSError:
+        head = b""
+    return (st.st_dev, st.st_ino), head
+
+
+class HistoryReader:
+    """Reads a run's attempt files into a History. read() again parses only the lines appended since
+    (check_status --watch), and starts over when a file shrank, was replaced, or the list changed."""
+
+    def __init__(self, output_dir: Path):
+        self.output_dir = Path(output_dir)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.files: list[tuple[Path, tuple[int, int], bytes, int]] = []  # (path, (dev, inode), head, bytes parsed)
+        self.by_step: dict[int, dict] = {}
+        self.suspects: set[int] = set()  # steps whose line may hold a non-finite number
+        self.union: set[str] = set()  # every key any line has
+        self.keep = set(SUMMARY_KEYS)
+
+    def read(self) -> History:
+        found = []
+        for path in attempt_files(self.output_dir):
+            try:
+                found.append((path, path.stat()))
+            except OSError:  # gone between the listing and now
+                continue
+        if len(found) < len(self.files) or any(
+                path != old_path or identity(path, st, len(head)) != (ident, head) or st.st_size < done
+                for (old_path, ident, head, done), (path, st) in zip(self.files, found, strict=False)):
+            self._reset()
+        mtimes = {}
+        for attempt, (path, st) in enumerate(found, 1):
+            done = self.files[attempt - 1][3] if attempt <= len(self.files) else 0
+            if st.st_size > done:
+                done = self._parse(path, attempt, done)
+            entry = (path, *identity(path, st, min(done, HEAD_BYTES)), done)
+            if attempt <= len(self.files):
+                self.files[attempt - 1] = entry
+            else:
+                self.files.append(entry)
+            mtimes[attempt] = st.st_mtime
+        history = History(map(self.by_step.__getitem__, sorted(self.by_step)))
+        history.nonfinite_suspects, history.keys, history.mtimes = set(self.suspects), set(self.union), mtimes
+        return history
+
+    def _parse(self, path: Path, attempt: int, offset: int) -> int:
+        """Fold the lines from offset on into the state; return the offset after the last whole line."""
+        by_step, suspects, union, keep = self.by_step, self.suspects, self.union, self.keep
+        fast_loads, loads = FAST_LOADS, json.loads
+        raw = b""
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            for raw in fh:  # the hot loop: one parse per line, the dict read while it is hot
+                suspect = False
+                try:
+                    rec = fast_loads(raw)
+                except ValueError:  # NaN/Infinity, an int past 64 bits, or not JSON at all
+                    try:
+                        rec = loads(raw)
+                    except ValueError:
+                        continue
+                    suspect = may_be_nonfinite(raw)
+                try:
+                    step, data = rec["step"], rec.get("data")
+                    if type(step) is not int:
+                        step = int(step)
+                except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                    continue
+                if type(data) is not dict:
+                    data = {}
+                if not union.issuperset(data):  # new key names: rare after the first steps
+                    union.update(data)
+                    keep.update(k for k in data if k.startswith(DROPPED_PREFIX))
+                if suspect:
+                    suspects.add(step)
+                else:
+                    kept = data.keys() & keep
+                    if len(kept) != len(data):
+                        data = {k: data[k] for k in kept}
+                prev = by_step.get(step)
+                if prev is not None and prev["attempt"] == attempt:
+                    prev["data"].update(data)  # several lines for one step (training, then validation)
+                else:
+                    by_step[step] = {"step": step, "data": data, "attempt": attempt}
+            end = fh.tell()
+        # A last line without its newline may be half written: it is read again next time.
+        return end if raw.endswith(b"\n") else end - len(raw)
+
+
+def load_history(output_dir: Path) -> History:
+    """[{"step", "data", "attempt"}] in step order; a bad or partial line is skipped. Steps keep only
+    the keys the summary reads (SUMMARY_KEYS), all of them where the line held NaN/Infinity."""
+    return HistoryReader(output_dir).read()
+
+
+def key_series(history: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(h["step"], v) for h in history if isinstance(v := h["data"].get(key), (int, float))]
+
+
+def key_union(history: list[dict]) -> set[str]:
+    """Every key any step has, so readers skip the aliases and keys a run never wrote."""
+    known = getattr(history, "keys", None)
+    return known if known is not None else set().union(*(h["data"] for h in history))
+
+
+def series(history: list[dict], name: str) -> list[tuple[int, float]]:
+    """The whole KEYS[name] series: (step, value) per step that has a number, the first key of a family
+    winning where a step has both. Cached on a History: each reader asks, one pass answers."""
+    cache = getattr(history, "series_cache", None)
+    if cache is not None and name in cache:
+        return cache[name]
+    present = key_union(history)
+    found = [pts for pts in (key_series(history, key) for key in KEYS[name] if key in present) if pts]
+    if len(found) <= 1:  # the usual case: one family wrote this run
+        pts = found[0] if found else []
+    else:
+        merged: dict[int, float] = {}
+        for one in reversed(found):
+            merged.update(one)
+        pts = sorted(merged.items())
+    if cache is not None:
+        cache[name] = pts
+    return pts
+
+
+def recent(history: list[dict], name: str, k: int, first: bool = False) -> list[tuple[int, float]]:
+    """series(history, name)[-k:] (or [:k] with first), reading from that end only as far as it needs."""
+    cache = getattr(history, "series_cache", None)
+    if cache is not None and name in cache:
+        return cache[name][:k] if first else cache[name][-k:]
+    keys = [key for key in KEYS[name] if key in key_union(history)]
+    found = []
+    for h in (history if first else reversed(history)) if keys else ():
+        data = h["data"]
+        value = next((v for key in keys if isinstance(v := data.get(key), (int, float))), None)
+        if value is not None:
+            found.append((h["step"], value))
+            if len(found) == k:
+                break
+    return found if first else found[::-1]
+
+
+def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    return {name: series(history, name) for name in KEYS}
+
+
+class History(list):
+    """load_history's result: the steps, every key name their lines had, the steps whose line held
+    NaN/Infinity (the non-finite scan reads those alone), and the series computed so far."""
+
+    def __init__(self, steps=()):
+        super().__init__(steps)
+        self.nonfinite_suspects: set[int] | None = None
+        self.keys: set[str] | None = None
+        self.mtimes: dict[int, float] = {}  # attempt -> its file's mtime when read
+        self.series_cache: dict[str, list[tuple[int, float]]] = {}

@@ -29,13 +29,13 @@ import run_metrics
 from arl_common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 TAIL_BLOCK = 64 * 1024
-TAIL_MAX_BYTES = 4 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
-TAIL_LINE_CHARS = 2000
+TAIL_MAX_BYTES = 1 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
+TAIL_LINE_BYTES = 2000
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
     """The last n lines, read backwards from the end in blocks, at most TAIL_MAX_BYTES: fast on a multi-GB
-    log. A carriage return ends a line too (progress bars); a line longer than TAIL_LINE_CHARS keeps its end."""
+    log. A carriage return ends a line too (progress bars); a line longer than TAIL_LINE_BYTES keeps its end."""
     if n <= 0:
         return []
     try:
@@ -53,9 +53,10 @@ def tail_lines(path: Path, n: int) -> list[str]:
             block = fh.read(size)
             blocks.append(block)
             newlines, returns = newlines + block.count(b"\n"), returns + block.count(b"\r")
-    text = b"".join(reversed(blocks)).decode("utf-8", "replace").replace("\x00", "")
-    lines = text.splitlines()[-n:]
-    return [line if len(line) <= TAIL_LINE_CHARS else "..." + line[-TAIL_LINE_CHARS:] for line in lines]
+    # bytes.splitlines breaks at \n, \r\n and \r only; NULs are a sparse or preallocated file's holes.
+    lines = b"".join(reversed(blocks)).translate(None, b"\x00").splitlines()[-n:]
+    return [line.decode("utf-8", "replace") if len(line) <= TAIL_LINE_BYTES
+            else "..." + line[-TAIL_LINE_BYTES:].decode("utf-8", "replace") for line in lines]
 
 
 def count_lines(path: Path) -> int:

@@ -124,6 +124,70 @@ def test_stalled_run_with_a_live_process(tmp_path):
         sleeper.wait()
 
 
+@pytest.fixture
+def live_run():
+    """A real process carrying the run id, so launch_state proves the run alive."""
+    sleeper = subprocess.Popen(["sleep", "120"], env={**os.environ, "EVO_RUN_ID": "live-run"})
+    fields = {"status": "running", "pid": sleeper.pid, "run_id": "live-run",
+              "proc_start_time": proc_shim.process_start_time(sleeper.pid)}
+    yield fields
+    sleeper.kill()
+    sleeper.wait()
+
+
+def test_stall_before_the_first_step_uses_the_floor_and_names_the_phase(tmp_path, live_run):
+    started = time.time() - run_metrics.STALL_FLOOR_S - 120
+    write_status(tmp_path, **live_run, start_time=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
+    (tmp_path / arl_common.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
+    stall = check_status.collect(tmp_path)["stall"]
+    assert stall["stalled"] and stall["last_step"] == 0 and stall["phase"] == "loading model"
+    assert stall["limit_s"] == run_metrics.STALL_FLOOR_S
+    write_status(tmp_path, **live_run)  # started just now: model loading may take its time
+    assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
+
+
+def test_no_stall_while_steps_arrive(tmp_path, live_run):
+    write_status(tmp_path, **live_run)
+    write_history(tmp_path, range(1, 4), AGL)  # written just now, median step 10 s
+    assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
+
+
+def test_watch_redraws_in_place_on_a_terminal_until_the_run_ends(tmp_path, live_run):
+    import pty
+    import select
+
+    write_status(tmp_path, **live_run)
+    write_history(tmp_path, range(1, 3), AGL)
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, str(Path(check_status.__file__)), "--output-dir", str(tmp_path),
+                             "--watch", "0.2"], stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.STDOUT)
+    os.close(secondary)
+    seen, deadline = b"", time.time() + 60
+
+    def read_until(marker: bytes) -> None:
+        nonlocal seen
+        while marker not in seen and time.time() < deadline:
+            if select.select([primary], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(primary, 65536)
+                except OSError:  # the child closed the terminal
+                    return
+
+    try:
+        read_until(b"step 2/40")
+        write_history(tmp_path, range(1, 6), AGL)  # the run moves on: the next redraw shows it
+        read_until(b"step 5/40")
+        write_status(tmp_path, **live_run | {"status": "completed"})
+        assert proc.wait(timeout=60) == 0
+        read_until(b"\x00never")  # drain what is left
+    finally:
+        proc.kill()
+        os.close(primary)
+    text = seen.decode("utf-8", "replace")
+    assert text.count("\x1b[H\x1b[2J") >= 3 and "step 2/40" in text and "step 5/40" in text
+    assert "[" + "#" * 4 + "-" in text and "completed" in text.split("\x1b[2J")[-1]  # 5 of 40: 4 of 30 marks
+
+
 def test_resumed_history_merges_attempts(tmp_path):
     write_status(tmp_path, resumed_from_step=5)
     write_history(tmp_path, range(1, 8), AGL, attempt=1)
@@ -292,7 +356,7 @@ def test_tail_splits_progress_bars_and_keeps_the_end_of_a_long_line(tmp_path):
     log.write_text("loading model\r\n" + bar + "\n" + "x" * 5000 + "END\n")
     lines = check_status.tail_lines(log, 3)
     assert lines[0] == "Training Progress: 99%" and lines[1] == "Training Progress: 100%"
-    assert lines[2].startswith("...") and lines[2].endswith("END") and len(lines[2]) == check_status.TAIL_LINE_CHARS + 3
+    assert lines[2].startswith("...") and lines[2].endswith("END") and len(lines[2]) == check_status.TAIL_LINE_BYTES + 3
     assert check_status.tail_lines(log, 200)[0] == "loading model"  # CRLF is one break
     assert check_status.tail_lines(log, 0) == [] and check_status.tail_lines(tmp_path / "none", 5) == []
 

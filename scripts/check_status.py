@@ -215,20 +215,26 @@ def build_parser() -> arl_common.ArgumentParser:
 
 
 def watch(output_dir: Path, args) -> int:
+    """Redraw until the run ends (its exit code) or Ctrl-C (the exit code of the last status shown)."""
     tty = sys.stdout.isatty()
     reader = metrics_history.HistoryReader(output_dir)
-    while True:
-        data = collect(output_dir, args.lines, reader)
-        if tty:
-            sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
-        else:
-            p = data["progress"]
-            print(f"{time.strftime('%H:%M:%S')} {data['status']}{' (' + data['detail'] + ')' if data['detail'] else ''} "
-                  f"step {p['step']}/{p['total'] or '?'} flags {len(data['flags'])}", flush=True)
-        sys.stdout.flush()
-        if data["status"] in arl_common.TERMINAL_STATES:
-            return exit_code(data)
-        time.sleep(max(0.2, args.watch))
+    data = None
+    try:
+        while True:
+            data = collect(output_dir, args.lines, reader)
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
+            else:
+                p = data["progress"]
+                print(f"{time.strftime('%H:%M:%S')} {data['status']}{' (' + data['detail'] + ')' if data['detail'] else ''} "
+                      f"step {p['step']}/{p['total'] or '?'} flags {len(data['flags'])}", flush=True)
+            sys.stdout.flush()
+            if data["status"] in arl_common.TERMINAL_STATES:
+                return exit_code(data)
+            time.sleep(max(0.2, args.watch))
+    except KeyboardInterrupt:  # the way a person leaves --watch: not an error
+        print(file=sys.stderr)
+        return exit_code(data) if data is not None else 130
 
 
 def body(args) -> int:

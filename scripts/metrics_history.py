@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import arl_common
@@ -36,8 +37,14 @@ N_COLLECTED, N_GROUPS, N_ZERO_ADV = "training/n_sample_collected", "training/n_g
 N_ROLLOUTS = "training/n_rollouts"
 
 
+ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
+
+
 def attempt_files(output_dir: Path) -> list[Path]:
-    files = sorted((Path(output_dir) / "metrics").glob("attempt-*.jsonl"))
+    """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999)."""
+    numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / "metrics").glob("attempt-*.jsonl")
+                if (m := ATTEMPT_NAME.fullmatch(p.name))]
+    files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / arl_common.METRICS_FILE
     if legacy.is_file() and not legacy.is_symlink():
         files.insert(0, legacy)

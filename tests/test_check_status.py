@@ -152,6 +152,19 @@ def test_no_stall_while_steps_arrive(tmp_path, live_run):
     assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
 
 
+def test_watch_left_with_ctrl_c_exits_with_the_runs_code_and_no_error(tmp_path, live_run):
+    import signal
+
+    write_status(tmp_path, **live_run)
+    proc = subprocess.Popen([sys.executable, str(Path(check_status.__file__)), "--output-dir", str(tmp_path),
+                             "--watch", "0.2"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert " running step 0/40 " in first and proc.returncode == 0 and "Error" not in err
+
+
 def test_watch_redraws_in_place_on_a_terminal_until_the_run_ends(tmp_path, live_run):
     import pty
     import select
@@ -186,6 +199,15 @@ def test_watch_redraws_in_place_on_a_terminal_until_the_run_ends(tmp_path, live_
     text = seen.decode("utf-8", "replace")
     assert text.count("\x1b[H\x1b[2J") >= 3 and "step 2/40" in text and "step 5/40" in text
     assert "[" + "#" * 4 + "-" in text and "completed" in text.split("\x1b[2J")[-1]  # 5 of 40: 4 of 30 marks
+
+
+def test_attempts_are_read_in_number_order(tmp_path):
+    for attempt in (9999, 10000, 2):
+        write_lines(tmp_path, [line(1, training__reward=float(attempt))], attempt=attempt)
+    (tmp_path / "metrics" / "attempt-x.jsonl").write_bytes(line(1, training__reward=-1.0))  # not an attempt
+    assert [p.name for p in metrics_history.attempt_files(tmp_path)] == [
+        "attempt-0002.jsonl", "attempt-9999.jsonl", "attempt-10000.jsonl"]
+    assert metrics_history.load_history(tmp_path)[0]["data"]["training/reward"] == 10000.0
 
 
 def test_resumed_history_merges_attempts(tmp_path):

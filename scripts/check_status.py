@@ -120,7 +120,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_history.HistoryRe
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
-        "progress": run_metrics.progress(history, st), "latest": run_metrics.latest(history, judge_errors),
+        "progress": run_metrics.progress(history, st, log), "latest": run_metrics.latest(history, judge_errors),
         "flags": run_metrics.flags(history, judge_errors, rollouts),
         "stall": run_metrics.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
@@ -151,6 +151,10 @@ def render(data: dict) -> str:
     p = data["progress"]
     rows.append({"item": "progress", "value": f"{run_metrics.bar(p['percent'])}  step {p['step']}/{p['total'] or '?'}"
                                               f", median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
+    if p["rollouts"]:
+        r = p["rollouts"]
+        rows.append({"item": "rollouts", "value": f"{r['completed']}/{r['enqueued']} of the current batch done, "
+                                                  f"{r['failed']} failed"})
     res = data["resources"]
     rows.append({"item": "processes", "value": f"{res.get('processes', 0)} carrying the run id, CPU "
                                                f"{res.get('cpu_percent', 0)} %, RSS {res.get('rss_bytes', 0) / 2**20:.0f} MiB"})
@@ -225,9 +229,11 @@ def watch(output_dir: Path, args) -> int:
             if tty:
                 sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
             else:
-                p = data["progress"]
-                print(f"{time.strftime('%H:%M:%S')} {data['status']}{' (' + data['detail'] + ')' if data['detail'] else ''} "
-                      f"step {p['step']}/{p['total'] or '?'} flags {len(data['flags'])}", flush=True)
+                p, r = data["progress"], data["progress"]["rollouts"]
+                detail = f" ({data['detail']})" if data["detail"] else ""
+                rollouts = f" rollouts {r['completed']}/{r['enqueued']}" if r else ""
+                print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail} step {p['step']}/{p['total'] or '?'}"
+                      f"{rollouts} flags {len(data['flags'])}", flush=True)
             sys.stdout.flush()
             if data["status"] in arl_common.TERMINAL_STATES:
                 return exit_code(data)

@@ -40,6 +40,7 @@ ERROR_SHARE_MAX = 0.1
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
 NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)
+ROLLOUT_LINE = re.compile(r"AglRolloutManager: completed=(\d+)/(\d+) succeeded=(\d+) failed=(\d+)")
 PHASES = (  # the last of these seen in the log names the phase a stalled run is in
     ("loading model", re.compile(r"(from_pretrained|Loading checkpoint shards|model load|init_model)", re.I)),
     ("vLLM start", re.compile(r"(vllm|KV cache|cuda graph)", re.I)),
@@ -67,12 +68,22 @@ def latest(history: list[dict], judge_errors: int = 0) -> dict:
     return out
 
 
-def progress(history: list[dict], status: dict, now: float | None = None) -> dict:
+def rollouts_in_flight(log_lines: list[str]) -> dict | None:
+    """The current batch's rollouts, from Agent Lightning's last AglRolloutManager line (train and
+    rehearsal alike): within a step, the only progress there is."""
+    for line in reversed(log_lines):
+        if m := ROLLOUT_LINE.search(line):
+            return dict(zip(("completed", "enqueued", "succeeded", "failed"), map(int, m.groups()), strict=True))
+    return None
+
+
+def progress(history: list[dict], status: dict, log_lines: list[str] = ()) -> dict:
     total = status.get("total_training_steps")
     step = history[-1]["step"] if history else 0
     times = [t for _, t in series(history, "step_time")]
     median = statistics.median(times) if times else None
-    out = {"step": step, "total": total, "percent": None, "median_step_s": median, "eta_s": None, "epoch": None}
+    out = {"step": step, "total": total, "percent": None, "median_step_s": median, "eta_s": None, "epoch": None,
+           "rollouts": rollouts_in_flight(log_lines)}
     if total:
         out["percent"] = round(100.0 * min(step, total) / total, 1)
         if median:

@@ -61,6 +61,18 @@ def flag_names(tmp_path, family=AGL, **over):
     return {f["flag"]: f for f in check_status.collect(tmp_path)["flags"]}
 
 
+def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path):
+    write_status(tmp_path, status="completed")
+    (tmp_path / arl_common.LOG_FILE).write_text(
+        "AglRolloutManager: completed=64/64 succeeded=64 failed=0\n[step 1 done]\n"
+        "AglRolloutManager: completed=12/64 succeeded=11 failed=1\nINFO other line\n")
+    data = check_status.collect(tmp_path)
+    assert data["progress"]["rollouts"] == {"completed": 12, "enqueued": 64, "succeeded": 11, "failed": 1}
+    assert "12/64 of the current batch done, 1 failed" in check_status.render(data)
+    (tmp_path / arl_common.LOG_FILE).write_text("no rollout yet\n")
+    assert check_status.collect(tmp_path)["progress"]["rollouts"] is None
+
+
 def test_reward_std_zero_flags_no_signal(tmp_path):
     flags = flag_names(tmp_path, training__reward_std=lambda s: 0.0)
     assert set(flags) == {"no_signal"}

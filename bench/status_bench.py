@@ -65,9 +65,11 @@ def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
         "start_time": arl_common.now_iso(), "total_training_steps": 2 * steps, "steps_per_epoch": steps})
     if steps:
         (out / "metrics").mkdir()
-        with open(out / "metrics" / "attempt-0001.jsonl", "w") as fh:
+        import orjson
+
+        with open(out / "metrics" / "attempt-0001.jsonl", "wb") as fh:  # as VERL's FileLogger writes it
             for step in range(1, steps + 1):
-                fh.write(json.dumps({"step": step, "data": data}) + "\n")
+                fh.write(orjson.dumps({"step": step, "data": data}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
 
 
 def bare_loads(out: Path) -> None:

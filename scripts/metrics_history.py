@@ -52,8 +52,9 @@ def attempt_files(output_dir: Path) -> list[Path]:
 
 
 def may_be_nonfinite(raw: bytes) -> bool:
-    # The tokens json.dumps (VERL's file logger) writes for nan/inf; a memmem scan, no regex.
-    return b"NaN" in raw or b"Infinity" in raw
+    # VERL's FileLogger writes with orjson, which turns NaN and inf into null; json.dumps (the
+    # rehearsal) writes NaN and Infinity. A memmem scan per line, no regex.
+    return b"null" in raw or b"NaN" in raw or b"Infinity" in raw
 
 
 def _reject_constant(token: str):
@@ -61,8 +62,8 @@ def _reject_constant(token: str):
 
 
 def strict_loads():
-    """A parser that refuses NaN/Infinity, so those few lines take the slow path that marks them.
-    orjson (a dependency) is about 3x faster than json on VERL-width lines; json stands in without it."""
+    """A parser that refuses NaN/Infinity (json's spelling; orjson refuses them too), so both parsers
+    read a line alike. orjson (a dependency) is about 3x faster than json on VERL-width lines."""
     try:
         import orjson
 
@@ -73,7 +74,7 @@ def strict_loads():
 
 FAST_LOADS = strict_loads()
 # What a step keeps of its line: the summary's keys (dropped-sample counts join as they are seen).
-# A line holding NaN/Infinity keeps every key, for the non-finite scan.
+# A line that may hold a non-finite number (null, NaN, Infinity) keeps every key, for the scan.
 SUMMARY_KEYS = frozenset({k for keys in KEYS.values() for k in keys}
                          | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS})
 
@@ -141,7 +142,6 @@ class HistoryReader:
         with path.open("rb") as fh:
             fh.seek(offset)
             for raw in fh:  # the hot loop: one parse per line, the dict read while it is hot
-                suspect = False
                 try:
                     rec = fast_loads(raw)
                 except ValueError:  # NaN/Infinity, an int past 64 bits, or not JSON at all
@@ -149,7 +149,7 @@ class HistoryReader:
                         rec = loads(raw)
                     except ValueError:
                         continue
-                    suspect = may_be_nonfinite(raw)
+                suspect = may_be_nonfinite(raw)
                 try:
                     step, data = rec["step"], rec.get("data")
                     if type(step) is not int:
@@ -179,7 +179,7 @@ class HistoryReader:
 
 def load_history(output_dir: Path) -> History:
     """[{"step", "data", "attempt"}] in step order; a bad or partial line is skipped. Steps keep only
-    the keys the summary reads (SUMMARY_KEYS), all of them where the line held NaN/Infinity."""
+    the keys the summary reads (SUMMARY_KEYS), all of them where the line may hold a non-finite number."""
     return HistoryReader(output_dir).read()
 
 
@@ -236,7 +236,7 @@ def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
 
 class History(list):
     """load_history's result: the steps, every key name their lines had, the steps whose line held
-    NaN/Infinity (the non-finite scan reads those alone), and the series computed so far."""
+    null, NaN or Infinity (the non-finite scan reads those alone), and the series computed so far."""
 
     def __init__(self, steps=()):
         super().__init__(steps)

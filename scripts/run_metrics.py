@@ -130,10 +130,12 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
     watched: dict[str, bool] = {}  # key -> is it a loss, grad norm or KL (the regex runs once per key)
     suspects = getattr(history, "nonfinite_suspects", None)
     for h in history if suspects is None else (h for h in history if h["step"] in suspects):
-        bad = [k for k, v in h["data"].items() if isinstance(v, float) and not math.isfinite(v)
+        bad = [k for k, v in h["data"].items() if (v is None or isinstance(v, float) and not math.isfinite(v))
                and watched.setdefault(k, bool(NAN_KEYS.search(k)))]
         if bad:
-            add("nan", h["step"], bad[0], f"{bad[0]} is {h['data'][bad[0]]} at step {h['step']}",
+            value = h["data"][bad[0]]
+            shown = "null (NaN or inf: VERL's file logger writes them so)" if value is None else value
+            add("nan", h["step"], bad[0], f"{bad[0]} is {shown} at step {h['step']}",
                 "training has diverged: stop, lower the learning rate or resume from an earlier checkpoint")
             break
     stds = recent(history, "reward_std", ZERO_STD_STEPS)

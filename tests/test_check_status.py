@@ -13,6 +13,7 @@ from pathlib import Path
 import arl_common
 import check_status
 import metrics_history
+import orjson
 import proc_shim
 import pytest
 import run_metrics
@@ -22,9 +23,21 @@ STOCK = {"reward": "critic/score/mean", "std": "critic/score/std", "val": "val/t
 AGL = {"reward": "training/reward", "std": "training/reward_std", "val": "val/reward"}
 
 
-def write_history(out: Path, steps: range, family: dict, attempt: int = 1, **over) -> None:
+def verl_file_logger_line(step: int, data: dict) -> bytes:
+    """A line as VERL 0.8.0's FileLogger writes it (verl/utils/tracking.py): orjson, so NaN and inf
+    become null."""
+    return orjson.dumps({"step": step, "data": data}, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def json_line(step: int, data: dict) -> bytes:
+    """A line as the rehearsal writes it: json.dumps, NaN and inf as NaN and Infinity."""
+    return json.dumps({"step": step, "data": data}).encode() + b"\n"
+
+
+def write_history(out: Path, steps: range, family: dict, attempt: int = 1, writer=verl_file_logger_line,
+                  **over) -> None:
     (out / "metrics").mkdir(parents=True, exist_ok=True)
-    with open(out / "metrics" / f"attempt-{attempt:04d}.jsonl", "w") as fh:
+    with open(out / "metrics" / f"attempt-{attempt:04d}.jsonl", "wb") as fh:
         for s in steps:
             data = {family["reward"]: 0.1 + 0.02 * s, family["std"]: 0.3, "actor/entropy": 1.0,
                     "response_length/clip_ratio": 0.01, "actor/grad_norm": 0.5, "actor/kl_loss": 0.01,
@@ -33,7 +46,7 @@ def write_history(out: Path, steps: range, family: dict, attempt: int = 1, **ove
                 data[family["val"]] = 0.2 + 0.01 * s
             for key, fn in over.items():
                 data[key.replace("__", "/")] = fn(s)
-            fh.write(json.dumps({"step": s, "data": data}) + "\n")
+            fh.write(writer(s, data))
 
 
 def write_status(out: Path, **fields) -> None:
@@ -55,9 +68,9 @@ def test_healthy_history_progress_and_no_flags(tmp_path, family):
     assert data["flags"] == []
 
 
-def flag_names(tmp_path, family=AGL, **over):
+def flag_names(tmp_path, family=AGL, writer=verl_file_logger_line, **over):
     write_status(tmp_path)
-    write_history(tmp_path, range(1, 11), family, **over)
+    write_history(tmp_path, range(1, 11), family, writer=writer, **over)
     return {f["flag"]: f for f in check_status.collect(tmp_path)["flags"]}
 
 
@@ -78,9 +91,12 @@ def test_reward_std_zero_flags_no_signal(tmp_path):
     assert set(flags) == {"no_signal"}
 
 
-def test_nan_at_step_7(tmp_path):
-    flags = flag_names(tmp_path, STOCK, actor__grad_norm=lambda s: math.nan if s == 7 else 0.5)
-    assert flags["nan"]["step"] == 7 and set(flags) == {"nan"}
+@pytest.mark.parametrize("writer", [verl_file_logger_line, json_line], ids=["verl-orjson-null", "json-NaN"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_nan_at_step_7(tmp_path, writer, bad):
+    flags = flag_names(tmp_path, STOCK, writer, actor__grad_norm=lambda s: bad if s == 7 else 0.5,
+                       perf__throughput=lambda s: bad if s == 3 else 1.0)  # not a loss, grad norm or KL
+    assert flags["nan"]["step"] == 7 and flags["nan"]["value"] == "actor/grad_norm" and set(flags) == {"nan"}
 
 
 def test_entropy_collapse_and_clip_ratio(tmp_path):

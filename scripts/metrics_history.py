@@ -144,12 +144,13 @@ class HistoryReader:
             for raw in fh:  # the hot loop: one parse per line, the dict read while it is hot
                 try:
                     rec = fast_loads(raw)
+                    suspect = b"null" in raw  # the strict parser took no NaN/Infinity: null is all to look for
                 except ValueError:  # NaN/Infinity, an int past 64 bits, or not JSON at all
                     try:
                         rec = loads(raw)
                     except ValueError:
                         continue
-                suspect = may_be_nonfinite(raw)
+                    suspect = may_be_nonfinite(raw)
                 try:
                     step, data = rec["step"], rec.get("data")
                     if type(step) is not int:

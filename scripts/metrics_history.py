@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -35,6 +36,7 @@ KEYS = {
 DROPPED_PREFIX = "training/n_sample_dropped"
 N_COLLECTED, N_GROUPS, N_ZERO_ADV = "training/n_sample_collected", "training/n_groups", "training/n_zero_adv_groups"
 N_ROLLOUTS = "training/n_rollouts"
+NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-finite value means divergence
 
 
 ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
@@ -57,6 +59,11 @@ def may_be_nonfinite(raw: bytes) -> bool:
     return b"null" in raw or b"NaN" in raw or b"Infinity" in raw
 
 
+def is_finite(value) -> bool:
+    """False for null (orjson's NaN/inf) and for a non-finite float."""
+    return value is not None and (type(value) is not float or math.isfinite(value))
+
+
 def _reject_constant(token: str):
     raise ValueError(f"non-finite {token}")
 
@@ -73,8 +80,8 @@ def strict_loads():
 
 
 FAST_LOADS = strict_loads()
-# What a step keeps of its line: the summary's keys (dropped-sample counts join as they are seen).
-# A line that may hold a non-finite number (null, NaN, Infinity) keeps every key, for the scan.
+# What a step keeps of its line: the summary's keys; dropped-sample counts and the losses, grad norms
+# and KLs (NAN_KEYS) join as their names are first seen.
 SUMMARY_KEYS = frozenset({k for keys in KEYS.values() for k in keys}
                          | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS})
 
@@ -107,6 +114,7 @@ class HistoryReader:
         self.suspects: set[int] = set()  # steps whose line may hold a non-finite number
         self.union: set[str] = set()  # every key any line has
         self.keep = set(SUMMARY_KEYS)
+        self.watched: set[str] = set()  # the NAN_KEYS among them
 
     def read(self) -> History:
         found = []
@@ -136,7 +144,7 @@ class HistoryReader:
 
     def _parse(self, path: Path, attempt: int, offset: int) -> int:
         """Fold the lines from offset on into the state; return the offset after the last whole line."""
-        by_step, suspects, union, keep = self.by_step, self.suspects, self.union, self.keep
+        by_step, suspects, union, keep, watched = self.by_step, self.suspects, self.union, self.keep, self.watched
         fast_loads, loads = FAST_LOADS, json.loads
         raw = b""
         with path.open("rb") as fh:
@@ -161,13 +169,13 @@ class HistoryReader:
                     data = {}
                 if not union.issuperset(data):  # new key names: rare after the first steps
                     union.update(data)
-                    keep.update(k for k in data if k.startswith(DROPPED_PREFIX))
-                if suspect:
-                    suspects.add(step)
-                else:
-                    kept = data.keys() & keep
-                    if len(kept) != len(data):
-                        data = {k: data[k] for k in kept}
+                    watched.update(k for k in data if NAN_KEYS.search(k))
+                    keep.update(k for k in data if k.startswith(DROPPED_PREFIX) or k in watched)
+                kept = data.keys() & keep
+                if suspect and any(not is_finite(data[k]) for k in kept & watched):
+                    suspects.add(step)  # exact: a metric that is null every step costs no later scan
+                if len(kept) != len(data):
+                    data = {k: data[k] for k in kept}
                 prev = by_step.get(step)
                 if prev is not None and prev["attempt"] == attempt:
                     prev["data"].update(data)  # several lines for one step (training, then validation)
@@ -180,7 +188,7 @@ class HistoryReader:
 
 def load_history(output_dir: Path) -> History:
     """[{"step", "data", "attempt"}] in step order; a bad or partial line is skipped. Steps keep only
-    the keys the summary reads (SUMMARY_KEYS), all of them where the line may hold a non-finite number."""
+    the keys the summary reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs)."""
     return HistoryReader(output_dir).read()
 
 
@@ -236,8 +244,8 @@ def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
 
 
 class History(list):
-    """load_history's result: the steps, every key name their lines had, the steps whose line held
-    null, NaN or Infinity (the non-finite scan reads those alone), and the series computed so far."""
+    """load_history's result: the steps, every key name their lines had, the steps where a loss, grad
+    norm or KL was null, NaN or inf (the non-finite scan reads those alone), and the series so far."""
 
     def __init__(self, steps=()):
         super().__init__(steps)

@@ -10,7 +10,6 @@ their reasons: references/metrics.md.
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 import time
@@ -22,6 +21,8 @@ from metrics_history import (
     N_GROUPS,
     N_ROLLOUTS,
     N_ZERO_ADV,
+    NAN_KEYS,
+    is_finite,
     key_series,
     key_union,
     recent,
@@ -39,7 +40,6 @@ ENTROPY_SPIKE = 3.0  # latest above 3x the early median
 ERROR_SHARE_MAX = 0.1
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
-NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)
 ROLLOUT_LINE = re.compile(r"AglRolloutManager: completed=(\d+)/(\d+) succeeded=(\d+) failed=(\d+)")
 PHASES = (  # the last of these seen in the log names the phase a stalled run is in
     ("loading model", re.compile(r"(from_pretrained|Loading checkpoint shards|model load|init_model)", re.I)),
@@ -130,8 +130,7 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
     watched: dict[str, bool] = {}  # key -> is it a loss, grad norm or KL (the regex runs once per key)
     suspects = getattr(history, "nonfinite_suspects", None)
     for h in history if suspects is None else (h for h in history if h["step"] in suspects):
-        bad = [k for k, v in h["data"].items() if (v is None or isinstance(v, float) and not math.isfinite(v))
-               and watched.setdefault(k, bool(NAN_KEYS.search(k)))]
+        bad = [k for k, v in h["data"].items() if not is_finite(v) and watched.setdefault(k, bool(NAN_KEYS.search(k)))]
         if bad:
             value = h["data"][bad[0]]
             shown = "null (NaN or inf: VERL's file logger writes them so)" if value is None else value

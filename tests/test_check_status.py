@@ -284,12 +284,13 @@ def test_bad_lines_cost_only_themselves(tmp_path, monkeypatch, parser):
 @PARSERS
 def test_nonfinite_found_and_only_in_watched_keys(tmp_path, monkeypatch, parser):
     use_parser(monkeypatch, parser)
-    lines = [line(s, actor__grad_norm=0.5, actor__entropy=1.0) for s in range(1, 41)]
-    lines[9] = line(10, actor__grad_norm=0.5, perf__throughput=math.inf)  # not a loss, grad norm or KL
-    lines[30] = line(31, actor__kl_loss=-math.inf)
+    # perf/max_memory is null at every step and perf/throughput inf once: neither is a loss, grad norm or KL.
+    lines = [line(s, actor__grad_norm=0.5, actor__entropy=1.0, perf__max_memory=None) for s in range(1, 41)]
+    lines[9] = line(10, actor__grad_norm=0.5, perf__throughput=math.inf)
+    lines[30] = line(31, actor__kl_loss=-math.inf, critic__vf_loss=None)
     write_lines(tmp_path, lines)
     hist = metrics_history.load_history(tmp_path)
-    assert hist.nonfinite_suspects == {10, 31}
+    assert hist.nonfinite_suspects == {31} and hist[30]["data"] == {"actor/kl_loss": -math.inf, "critic/vf_loss": None}
     (nan,) = [f for f in run_metrics.flags(hist) if f["flag"] == "nan"]
     assert nan["step"] == 31 and nan["value"] == "actor/kl_loss"
     assert run_metrics.flags(list(hist)) == run_metrics.flags(hist)  # a plain list scans every step, same answer

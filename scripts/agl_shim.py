@@ -220,11 +220,12 @@ def rollout_manager(base_url: str, key: str, model: str, cfg: Any, step: int = 0
                              local_agent_class=al.local.agent_class, local_env_map=dict(al.local.env_map))
 
 
-def run_ppo(cfg: Any, train_rows: list, val_rows: list) -> None:
-    """agentlightning.verl.entrypoint.run_ppo, imported only here (it pulls ray, verl, torch)."""
-    from agentlightning.verl.entrypoint import run_ppo as _run_ppo
+def trainer_entrypoint() -> Any:
+    """agentlightning.verl.entrypoint.run_ppo(cfg, train_rows, val_rows), imported only here (it pulls
+    ray, verl, torch). Raises ImportError on a machine without the `train` extra."""
+    from agentlightning.verl.entrypoint import run_ppo
 
-    _run_ppo(cfg, train_rows, val_rows)
+    return run_ppo
 
 
 class RedactingStream:

@@ -203,6 +203,7 @@ class Run:
         log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
             f"model {plan.model}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
         launch_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
@@ -214,7 +215,7 @@ class Run:
         if self.mode == "rehearse":
             self.rehearse(cfg, plan, train_rows, test_rows)
         else:
-            self.train(cfg, plan, train_rows, test_rows)
+            self.train(run_ppo, cfg, plan, train_rows, test_rows)
 
     def rehearse(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         started = time.monotonic()
@@ -241,14 +242,20 @@ class Run:
             raise Failure("agent", f"{rep['failed']} of {rep['rollouts']} rollouts failed; first: row "
                                    f"{first['row_id']}: {first['error'] or first['reason']}"[:400])
 
-    def train(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+    @staticmethod
+    def import_trainer():
+        try:
+            return agl_shim.trainer_entrypoint()
+        except ImportError as exc:
+            raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the train extra on a GPU "
+                                     "machine: pip install 'agentic-rl[train]')", arl_common.EXIT_ENV) from None
+
+    def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
         self.status(ray_started_by_run=self.ray_started)
         wrap = launch_config.wrap_row
         try:
-            agl_shim.run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
-        except ImportError as exc:
-            raise Failure("trainer", f"the trainer cannot be imported: {exc}", arl_common.EXIT_ENV) from None
+            run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
         except Exception as exc:
             raise Failure("trainer", launch_config.classify_failure(
                 f"{launch_config.log_tail(self.output_dir)}\n{exc!r}")) from None

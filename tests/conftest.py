@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 EXAMPLE = ROOT / "assets" / "example"
 sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(ROOT / "tools"))  # make_tiny_model: tests build their models locally
 
 
 @pytest.fixture(autouse=True)

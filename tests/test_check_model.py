@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import check_model
@@ -12,9 +11,7 @@ import memory_fit
 import model_files
 import pytest
 from conftest import ROOT, run_script
-
-sys.path.insert(0, str(ROOT / "tools"))
-from make_tiny_model import make_tiny_model  # noqa: E402
+from make_tiny_model import make_tiny_model
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import pytest
 import rehearsal
 import stop_training
 from conftest import SCRIPTS, run_script
+from make_tiny_model import make_tiny_model
 
 START = SCRIPTS / "start_training.sh"
 SLOW = {rehearsal.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the test
@@ -176,12 +177,18 @@ def test_training_without_gpus_flag_asks_check_gpu_and_stops_without_nvml(exampl
 
 def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
     out = tmp_path / "out"
+    make_tiny_model(tmp_path / "models" / "Qwen" / "Qwen2.5-0.5B-Instruct")  # the model check passes
     start(example_task, out, "--gpus", "0", env={"ARL_START_WAIT_S": "1"})
     st = status(out)
     runs.append(st["run_id"])
     assert st["gpus"] == [0] and st["mode"] == "train"
     assert "GPUs 0" in log_text(out)
     wait_for(lambda: status(out).get("status") in arl_common.TERMINAL_STATES, "the train run to end", 90)
+    # No trainer here (no torch): it fails before any service starts, with the extra to install.
+    st = status(out)
+    assert st["status"] == "failed" and st["failed_component"] == "trainer" and "agentic-rl[train]" in st["reason"]
+    assert "services" not in st and "[main] gateway" not in log_text(out)
+    wait_for(lambda: not carriers(st["run_id"]), "the job to finish its clean-up and exit", 30)
 
 
 # --------------------------------------------------------------------------- 3: stop, ten times

@@ -222,25 +222,32 @@ def series(history: list[dict], name: str) -> list[tuple[int, float]]:
     return pts
 
 
+def from_end(history: list[dict], pick, n: int, first: bool = False) -> list[tuple[dict, object]]:
+    """The last n (with first: the first n) steps where pick(data) is not None, as (step, picked) in step
+    order, reading from that end only as far as it needs."""
+    found = []
+    for h in history if first else reversed(history):
+        picked = pick(h["data"])
+        if picked is not None:
+            found.append((h, picked))
+            if len(found) == n:
+                break
+    return found if first else found[::-1]
+
+
 def recent(history: list[dict], name: str, k: int, first: bool = False) -> list[tuple[int, float]]:
     """series(history, name)[-k:] (or [:k] with first), reading from that end only as far as it needs."""
     cache = getattr(history, "series_cache", None)
     if cache is not None and name in cache:
         return cache[name][:k] if first else cache[name][-k:]
     keys = [key for key in KEYS[name] if key in key_union(history)]
-    found = []
-    for h in (history if first else reversed(history)) if keys else ():
-        data = h["data"]
-        value = next((v for key in keys if isinstance(v := data.get(key), (int, float))), None)
-        if value is not None:
-            found.append((h["step"], value))
-            if len(found) == k:
-                break
-    return found if first else found[::-1]
+    if not keys:
+        return []
 
+    def number(data):
+        return next((v for key in keys if isinstance(v := data.get(key), (int, float))), None)
 
-def columns(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    return {name: series(history, name) for name in KEYS}
+    return [(h["step"], v) for h, v in from_end(history, number, k, first)]
 
 
 class History(list):

@@ -22,6 +22,7 @@ from metrics_history import (
     N_ROLLOUTS,
     N_ZERO_ADV,
     NAN_KEYS,
+    from_end,
     is_finite,
     key_series,
     key_union,
@@ -105,21 +106,6 @@ def dropped_samples(data: dict) -> float:
     return sum(v for k, v in data.items() if k.startswith(DROPPED_PREFIX) and isinstance(v, (int, float)))
 
 
-def first_where(history: list[dict], test) -> dict | None:
-    return next((h for h in history if test(h["data"])), None)
-
-
-def last_where(history: list[dict], n: int, test) -> list[dict]:
-    """The last n steps passing test, in step order, reading back from the end only as far as needed."""
-    found = []
-    for h in reversed(history):
-        if len(found) == n:
-            break
-        if test(h["data"]):
-            found.append(h)
-    return found[::-1]
-
-
 def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = None) -> list[dict]:
     """Health flags, each {"flag", "step", "value", "message", "hint"}."""
     out: list[dict] = []
@@ -139,8 +125,12 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
             break
     stds = recent(history, "reward_std", ZERO_STD_STEPS)
     present = key_union(history)
-    zero_adv = last_where(history, ZERO_STD_STEPS, lambda d: d.get(N_GROUPS) and N_ZERO_ADV in d) if N_GROUPS in present else []
-    zero_adv = [(h["step"], h["data"][N_ZERO_ADV] / h["data"][N_GROUPS]) for h in zero_adv]
+
+    def zero_adv_share(d):
+        return d[N_ZERO_ADV] / d[N_GROUPS] if d.get(N_GROUPS) and N_ZERO_ADV in d else None
+
+    zero_adv = [(h["step"], share) for h, share in from_end(history, zero_adv_share, ZERO_STD_STEPS)
+                ] if N_GROUPS in present else []
     if len(stds) >= ZERO_STD_STEPS and all(abs(v) < ZERO_STD for _, v in stds[-ZERO_STD_STEPS:]):
         add("no_signal", stds[-1][0], stds[-1][1], f"reward std is 0 for the last {ZERO_STD_STEPS} steps",
             "every sample of a group gets the same reward: no learning signal (task too easy/hard, or a judge that "
@@ -169,16 +159,16 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
         add("judge_errors", None, judge_errors, f"{judge_errors} judge errors in {rollouts} rollouts",
             "read O/judge_errors.jsonl and fix judge.py: those samples train on reward 0")
 
-    def has_collected(d):
-        return d.get(N_COLLECTED)
+    def dropped_share(d):
+        return dropped_samples(d) / d[N_COLLECTED] if d.get(N_COLLECTED) else None
 
-    first = first_where(history, has_collected) if N_COLLECTED in present else None
-    last = last_where(history, 1, has_collected) if first is not None else []
-    if first is not None and last[0] is not first:  # the share of dropped samples, first step to latest
-        share = [dropped_samples(h["data"]) / h["data"][N_COLLECTED] for h in (first, last[0])]
-        if share[1] > ERROR_SHARE_MAX and share[1] > share[0]:
-            shown, total = dropped_samples(last[0]["data"]), last[0]["data"][N_COLLECTED]
-            add("dropped_samples", last[0]["step"], shown, f"{shown:g} of {total:g} samples dropped (was {share[0]:.0%})",
+    ends = (from_end(history, dropped_share, 1, first=True) + from_end(history, dropped_share, 1)
+            ) if N_COLLECTED in present else []
+    if len(ends) == 2 and ends[0][0] is not ends[1][0]:  # the share of dropped samples, first step to latest
+        (_, was), (last, share) = ends
+        if share > ERROR_SHARE_MAX and share > was:
+            shown, total = dropped_samples(last["data"]), last["data"][N_COLLECTED]
+            add("dropped_samples", last["step"], shown, f"{shown:g} of {total:g} samples dropped (was {was:.0%})",
                 "rollouts are failing or too long: see the controller log and trace_aggregator lengths")
     train = recent(history, "reward", 1, first=True) + recent(history, "reward", 1)
     val = recent(history, "val_reward", 3)

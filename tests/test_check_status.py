@@ -301,7 +301,8 @@ def test_both_key_families_in_one_run_merge_first_named_key_winning(tmp_path):
                            line(3, critic__score__mean=0.3), line(4, training__reward="n/a")])
     hist = metrics_history.load_history(tmp_path)
     assert metrics_history.series(hist, "reward") == [(1, 0.1), (2, 0.2), (3, 0.3)]
-    assert metrics_history.columns(list(hist)) == metrics_history.columns(hist)
+    every = {name: metrics_history.series(list(hist), name) for name in metrics_history.KEYS}
+    assert every == {name: metrics_history.series(hist, name) for name in metrics_history.KEYS}
     fresh = metrics_history.load_history(tmp_path)  # nothing cached: recent() reads from the ends
     assert metrics_history.recent(fresh, "reward", 2) == [(2, 0.2), (3, 0.3)]
     assert metrics_history.recent(fresh, "reward", 1, first=True) == [(1, 0.1)]

@@ -5,7 +5,7 @@ Usage: python bench/launch_bench.py [--repeat N] [--rows N]      (or: make bench
 
 1. Agent start-up: from Popen to the agent's first request reaching a local stub model server,
    median of N runs, against `python -c pass` (Popen to exit) measured in the same run. Shown
-   twice: `python scripts/arl_agent.py` (our code only) and through Agent Lightning's worker
+   twice: `PYTHONPATH=scripts python -m agentic_rl.agent` (our code only) and through Agent Lightning's worker
    wrapper, as the controller starts it (`python -c "...local_reconciler_worker..."`).
    Target: <= 150 ms for ours.
 2. Rehearsal: main.py --rehearse on a copy of assets/example with 64 test rows, pinned to 2
@@ -91,8 +91,8 @@ def agent_startup(repeat: int = 10) -> dict:
                "AGL_OPENAI_BASE_URL": f"{stub.url}/v1", "AGL_EVENT_URL": f"{stub.url}/api/rollouts/b1/attempt/0/events",
                "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(EXAMPLE)])}
         bare = _bare(repeat)
-        ours = _agent(stub, [sys.executable, str(SCRIPTS / "arl_agent.py")], env, repeat)
-        wrapped = _agent(stub, [sys.executable, "-c", WRAPPER, "arl_agent:TemplateJudgeAgent"], env, repeat)
+        ours = _agent(stub, [sys.executable, "-m", "agentic_rl.agent"], env, repeat)
+        wrapped = _agent(stub, [sys.executable, "-c", WRAPPER, "agentic_rl.agent:TemplateJudgeAgent"], env, repeat)
     stub.server.shutdown()
     return {"python_c_pass_ms": round(bare * 1000, 1), "agent_first_request_ms": round(ours * 1000, 1),
             "agent_over_bare_ms": round((ours - bare) * 1000, 1),
@@ -111,9 +111,10 @@ def rehearsal_wall(rows: int = 64) -> dict:
         train = (task / "train.jsonl").read_text().splitlines()
         (task / "test.jsonl").write_text("\n".join(train[:rows]) + "\n")
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(SCRIPTS / "main.py"), "--input-dir", str(task), "--output-dir",
+        proc = subprocess.run([sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(task), "--output-dir",
                                str(out), "--rehearse", "--run-id", f"bench-{os.getpid()}"],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, preexec_fn=_pin_two_cores)
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, preexec_fn=_pin_two_cores,
+                              env={**os.environ, "PYTHONPATH": str(SCRIPTS)})
         wall = time.perf_counter() - started
         rep = json.loads((out / "rehearsal.json").read_text()) if (out / "rehearsal.json").exists() else {}
         status = json.loads((out / "training.status").read_text())

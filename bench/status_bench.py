@@ -56,16 +56,16 @@ def run_cli(*args: str) -> None:
 
 
 def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
-    import arl_common
+    from agentic_rl import common
 
     out.mkdir(parents=True)
-    with open(out / arl_common.LOG_FILE, "wb") as fh:  # sparse: holes, then real lines
+    with open(out / common.LOG_FILE, "wb") as fh:  # sparse: holes, then real lines
         fh.truncate(log_bytes)
         fh.seek(0, 2)
         fh.write(b"".join(f"step:{i} - training/reward:0.5 - timing_s/step:10.0\n".encode() for i in range(100)))
-    arl_common.atomic_write_json(out / arl_common.STATUS_FILE, {
+    common.atomic_write_json(out / common.STATUS_FILE, {
         "status": "completed", "pid": 999999, "run_id": "bench", "proc_start_time": 1.0, "mode": "train",
-        "start_time": arl_common.now_iso(), "total_training_steps": 2 * steps, "steps_per_epoch": steps})
+        "start_time": common.now_iso(), "total_training_steps": 2 * steps, "steps_per_epoch": steps})
     if steps:
         (out / "metrics").mkdir()
         import orjson
@@ -76,14 +76,13 @@ def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
 
 
 def summary(out: Path) -> None:
-    import metrics_history
-    import run_metrics
+    from agentic_rl import metrics_reader, run_health
 
-    hist = metrics_history.load_history(out)
+    hist = metrics_reader.load_history(out)
     status = {"status": "completed", "total_training_steps": 2 * len(hist)}
-    run_metrics.progress(hist, status)
-    run_metrics.latest(hist)
-    run_metrics.flags(hist)
+    run_health.progress(hist, status)
+    run_health.latest(hist)
+    run_health.flags(hist)
 
 
 def log_figures(tmp: Path, log_gb: float) -> dict:

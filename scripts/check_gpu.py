@@ -27,8 +27,8 @@ import argparse
 import os
 import sys
 
-import arl_common
-from arl_common import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import common
+from agentic_rl.common import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GIB = 1024**3
 # VERL's FSDP resource pool asks Ray for a bundle of {"GPU": 1, "CPU": 3} per GPU
@@ -42,13 +42,13 @@ FREE_FRAC_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"
 
 def config_value(cfg: dict, dotted: str):
     """The value VERL will use for a dotted key (the user's, else Agent Lightning's or VERL's default)."""
-    import config_checks
+    from agentic_rl import config_checks
 
     return config_checks.effective(cfg, dotted)
 
 
 def load_config(path: str) -> dict:
-    cfg = arl_common.read_json_file(path)
+    cfg = common.read_json_file(path)
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: must be a JSON object, got {type(cfg).__name__}", "write config.json as {...}")
     return cfg
@@ -146,11 +146,11 @@ def cpu_warning(cpus: int, n: int, where: str = "this host") -> str | None:
 def local_report(n: int, max_util: float, max_mem: float, samples: int, interval: float,
                  min_free_frac: float | None) -> dict:
     """Read the GPUs, judge each and choose n. Raises UserError(EXIT_ENV) without a driver."""
-    import nvml_shim
+    from agentic_rl.edge import nvml
 
     try:
-        gpus = nvml_shim.read_gpus(samples=samples, interval=interval)
-    except nvml_shim.NvmlUnavailable as exc:
+        gpus = nvml.read_gpus(samples=samples, interval=interval)
+    except nvml.NvmlUnavailable as exc:
         raise UserError(str(exc), "run on a host where nvidia-smi works; without a GPU, rehearse: "
                         "bash scripts/start_training.sh --input-dir DIR --rehearse", EXIT_ENV) from None
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -217,16 +217,16 @@ def render_local(data: dict) -> str:
         "selected": "yes" if r["index"] in data["selected"] else "", "why": "; ".join(r["reasons"] + r["notes"]),
     } for r in data["gpus"]]
     headers = ["gpu", "name", "uuid", "util %", "memory used/total", "processes", "free", "selected", "why not"]
-    return arl_common.render_table(table, list(table[0]) if table else None, headers)
+    return common.render_table(table, list(table[0]) if table else None, headers)
 
 
 # --------------------------------------------------------------------------- Ray cluster
 
 
 def ray_report(address: str, nnodes: int, per_node: int, timeout: float = 60.0) -> dict:
-    import ray_shim
+    from agentic_rl.edge import ray_cluster
 
-    nodes = ray_shim.read_ray_nodes(address, timeout)
+    nodes = ray_cluster.read_ray_nodes(address, timeout)
     warnings = []
     for node in nodes:
         node["ok"] = node["alive"] and node["gpus_available"] >= per_node
@@ -243,7 +243,7 @@ def render_ray(data: dict) -> str:
     rows = [{"node": n["address"], "node_id": n["node_id"][:12], "alive": "yes" if n["alive"] else "no",
              "gpus": f"{n['gpus_available']:g}/{n['gpus_total']:g}", "cpus": f"{n['cpus_available']:g}/{n['cpus_total']:g}",
              "ok": "yes" if n["ok"] else "no"} for n in data["nodes"]]
-    return arl_common.render_table(rows, None, ["node", "node id", "alive", "GPUs free/total",
+    return common.render_table(rows, None, ["node", "node id", "alive", "GPUs free/total",
                                                 "CPUs free/total", f"offers {data['n_gpus_per_node']}"])
 
 
@@ -303,8 +303,8 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    p = arl_common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+def build_parser() -> common.ArgumentParser:
+    p = common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--required", type=_positive, metavar="N",
                    help="GPUs needed (default: trainer.n_gpus_per_node from --config)")
     p.add_argument("--max-util", type=_percent, default=20.0, metavar="PCT",
@@ -333,7 +333,7 @@ def build_parser() -> arl_common.ArgumentParser:
 
 def _finish(args: argparse.Namespace, data: dict, problem: UserError | None, table: str) -> int:
     if args.json:
-        arl_common.print_json(arl_common.envelope(problem is None, data=data, error=problem))
+        common.print_json(common.envelope(problem is None, data=data, error=problem))
     elif args.export:
         if problem is None:
             print(data["export"])
@@ -342,9 +342,9 @@ def _finish(args: argparse.Namespace, data: dict, problem: UserError | None, tab
         if data.get("selected"):
             print(f"CUDA_VISIBLE_DEVICES={','.join(map(str, data['selected']))}")
     for warning in data["warnings"]:
-        arl_common.print_warning(warning)
+        common.print_warning(warning)
     if problem is not None:
-        arl_common.print_error(problem.message, problem.hint)
+        common.print_error(problem.message, problem.hint)
         return problem.code
     return EXIT_OK
 
@@ -379,7 +379,7 @@ def body(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return arl_common.run_cli(body, build_parser(), argv)
+    return common.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-import arl_common
-import memory_fit
-import model_files
-from arl_common import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl import common, memory_fit, model_files
+from agentic_rl.common import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
 
 resolve_model = model_files.resolve_model
 inspect_model = model_files.inspect_model
@@ -61,9 +59,9 @@ def gpu_memory_bytes(override_gb: float | None) -> int | None:
     if override_gb:
         return int(override_gb * memory_fit.GiB)
     try:
-        import nvml_shim
+        from agentic_rl.edge import nvml
 
-        totals = [g["memory_total"] for g in nvml_shim.read_gpus() if g.get("memory_total")]
+        totals = [g["memory_total"] for g in nvml.read_gpus() if g.get("memory_total")]
         return min(totals) if totals else None
     except Exception:  # no driver here: the user can pass --gpu-memory-gb
         return None
@@ -71,10 +69,10 @@ def gpu_memory_bytes(override_gb: float | None) -> int | None:
 
 def set_agent(input_dir: Path, model_name: str) -> Path:
     """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line."""
-    path = arl_common.agent_config_path(input_dir)
+    path = common.agent_config_path(input_dir)
     if path is None:
         path = input_dir / "agent.json"
-        arl_common.atomic_write_json(path, {"model_name": model_name})
+        common.atomic_write_json(path, {"model_name": model_name})
         return path
     if path.suffix == ".jsonl":
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -82,18 +80,18 @@ def set_agent(input_dir: Path, model_name: str) -> Path:
         obj = json.loads(lines[first])
         obj["model_name"] = model_name
         lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
-        arl_common.atomic_write_text(path, "".join(lines))
+        common.atomic_write_text(path, "".join(lines))
     else:
-        obj = arl_common.read_json_file(path)
+        obj = common.read_json_file(path)
         if not isinstance(obj, dict):
             raise UserError(f"{path}: not a JSON object", "fix agent.json first")
         obj["model_name"] = model_name
-        arl_common.atomic_write_json(path, obj)
+        common.atomic_write_json(path, obj)
     return path
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(prog="check_model.py", description=__doc__.split("\n\n")[0],
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(prog="check_model.py", description=__doc__.split("\n\n")[0],
                                        epilog="example:\n  python scripts/check_model.py --list\n"
                                               "  python scripts/check_model.py --model tiny-qwen2 --set-agent task/")
     parser.add_argument("--model", metavar="NAME", help="a path, a folder name under a search root, or ORG/NAME")
@@ -104,24 +102,24 @@ def build_parser() -> arl_common.ArgumentParser:
     parser.add_argument("--gpus", type=int, metavar="N", help="estimate the per-GPU memory on N GPUs")
     parser.add_argument("--config", metavar="FILE", help="config.json for the memory estimate")
     parser.add_argument("--gpu-memory-gb", type=float, metavar="G", help="GPU memory when NVML cannot tell")
-    arl_common.add_common_flags(parser)
+    common.add_common_flags(parser)
     return parser
 
 
 def body(args) -> int:
-    roots = arl_common.models_dirs(args.models_dir)
+    roots = common.models_dirs(args.models_dir)
     hub = model_files.hf_hub_dir()
     if not args.model and not args.list:
-        raise UserError("nothing to do", "pass --model NAME or --list", arl_common.EXIT_USAGE)
+        raise UserError("nothing to do", "pass --model NAME or --list", common.EXIT_USAGE)
     if not any(r.is_dir() for r in roots) and not hub.is_dir() and not (args.model and Path(args.model).is_dir()):
         raise UserError(f"no model search root exists ({', '.join(map(str, roots))}; HF cache {hub})",
                         "set EVO_MODELS_DIR (colon-separated) or pass --models-dir DIR", EXIT_ENV)
     if args.list:
         rows = [row(name, inspect_model(path)) | {"path": str(path)} for name, path in model_files.candidates(roots)]
         if args.json:
-            arl_common.print_json(arl_common.envelope(True, data={"models": rows, "roots": [str(r) for r in roots]}))
+            common.print_json(common.envelope(True, data={"models": rows, "roots": [str(r) for r in roots]}))
         else:
-            print(arl_common.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
+            print(common.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
         if not args.model:
             return EXIT_OK
     path = resolve_model(args.model, roots)
@@ -131,21 +129,21 @@ def body(args) -> int:
         err = UserError(f"model {args.model!r} not found under {', '.join(map(str, roots))} or the HF cache",
                         f"closest: {', '.join(close)}" if close else "list them with --list", EXIT_FAIL)
         if args.json:
-            arl_common.print_json(arl_common.envelope(False, data={"candidates": close}, error=err))
-        arl_common.print_error(err.message, err.hint)
+            common.print_json(common.envelope(False, data={"candidates": close}, error=err))
+        common.print_error(err.message, err.hint)
         return EXIT_FAIL
     info = inspect_model(path)
     data = {"name": args.model, **info}
     if args.gpus:
-        cfg = arl_common.read_json_file(args.config) if args.config else {}
+        cfg = common.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  gpu_memory_bytes(args.gpu_memory_gb))
     if info["complete"] and args.set_agent:
-        data["agent_file"] = str(set_agent(arl_common.resolve_input_dir(args.set_agent), args.model))
+        data["agent_file"] = str(set_agent(common.resolve_input_dir(args.set_agent), args.model))
     if args.json:
-        arl_common.print_json(arl_common.envelope(info["complete"], data=data))
+        common.print_json(common.envelope(info["complete"], data=data))
     elif not args.list:
-        print(arl_common.render_table([row(args.model, info)]))
+        print(common.render_table([row(args.model, info)]))
         fit = data.get("memory_fit")
         if fit:
             total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
@@ -155,14 +153,14 @@ def body(args) -> int:
         if "agent_file" in data:
             print(f"model_name written to {data['agent_file']}")
     if not info["complete"]:
-        arl_common.print_error(f"model {path} is incomplete: {'; '.join(info['problems'])}",
+        common.print_error(f"model {path} is incomplete: {'; '.join(info['problems'])}",
                                "download the missing files again, or pick another model (--list)")
         return EXIT_FAIL
     return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    return arl_common.run_cli(body, build_parser(), argv)
+    return common.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import arl_common
-import metrics_history
-import run_metrics
-from arl_common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import common, metrics_reader, run_health
+from agentic_rl.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 TAIL_BLOCK = 64 * 1024
 TAIL_MAX_BYTES = 1 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
@@ -72,43 +70,43 @@ def gpu_memory(pids: list[int]) -> dict | str:
     if not pids:
         return "n/a"
     try:
-        import nvml_shim
+        from agentic_rl.edge import nvml
 
-        procs = nvml_shim.gpu_processes()
+        gpu_procs = nvml.gpu_processes()
     except Exception:  # NvmlUnavailable, or nvidia-ml-py missing: no GPUs to report
         return "n/a"
-    mine = [p for p in procs if p["pid"] in set(pids)]
+    mine = [p for p in gpu_procs if p["pid"] in set(pids)]
     return {"processes": mine, "used_bytes": sum(p.get("used_memory") or 0 for p in mine)}
 
 
 def checkpoints(output_dir: Path) -> dict:
-    import launch_config
+    from agentic_rl import job_config
 
-    ckpt = output_dir / arl_common.CHECKPOINTS_DIR
+    ckpt = output_dir / common.CHECKPOINTS_DIR
     steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
-    return {"latest": launch_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
+    return {"latest": job_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
 
 
-def collect(output_dir: Path, lines: int = 20, reader: metrics_history.HistoryReader | None = None) -> dict:
+def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryReader | None = None) -> dict:
     """Everything check_status reports, as data. A reader kept across calls parses only new metrics."""
-    import launch_state
-    import proc_shim
+    from agentic_rl import launcher
+    from agentic_rl.edge import procs
 
-    state = launch_state.assess(output_dir)
+    state = launcher.assess(output_dir)
     if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {arl_common.STATUS_FILE})",
+        raise UserError(f"no run found in {output_dir} (no readable {common.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
     st = state["record"]
     status, detail = st.get("status"), None
     if status in ("starting", "running") and not state["alive"]:
         status, detail = "failed", "vanished"
-    resources = proc_shim.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
-    start = run_metrics.parse_time(st.get("start_time"))
-    end = run_metrics.parse_time(st.get("end_time"))
-    log = tail_lines(output_dir / arl_common.LOG_FILE, max(lines, 200))
-    history = (reader or metrics_history.HistoryReader(output_dir)).read()
+    resources = procs.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
+    start = run_health.parse_time(st.get("start_time"))
+    end = run_health.parse_time(st.get("end_time"))
+    log = tail_lines(output_dir / common.LOG_FILE, max(lines, 200))
+    history = (reader or metrics_reader.HistoryReader(output_dir)).read()
     judge_errors = count_lines(output_dir / "judge_errors.jsonl")
-    rehearsal = arl_common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
+    rehearsal = common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = checkpoints(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
@@ -120,9 +118,9 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_history.HistoryRe
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
-        "progress": run_metrics.progress(history, st, log), "latest": run_metrics.latest(history, judge_errors),
-        "flags": run_metrics.flags(history, judge_errors, rollouts),
-        "stall": run_metrics.stall(history, st, log, state["alive"]),
+        "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
+        "flags": run_health.flags(history, judge_errors, rollouts),
+        "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
     }
 
@@ -149,7 +147,7 @@ def render(data: dict) -> str:
         rows.append({"item": "reason", "value": f"the run's process is gone ({data['why']}); clean up with "
                                                 f"stop_training.py --output-dir {data['output_dir']} --force"})
     p = data["progress"]
-    rows.append({"item": "progress", "value": f"{run_metrics.bar(p['percent'])}  step {p['step']}/{p['total'] or '?'}"
+    rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/{p['total'] or '?'}"
                                               f", median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
     if p["rollouts"]:
         r = p["rollouts"]
@@ -175,7 +173,7 @@ def render(data: dict) -> str:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
-    text = arl_common.render_table(rows, ["item", "value"])
+    text = common.render_table(rows, ["item", "value"])
     return text + "\n\n" + "\n".join(data["log_tail"])
 
 
@@ -186,14 +184,14 @@ def plot(output_dir: Path, target: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", arl_common.EXIT_ENV) from None
-    history = metrics_history.load_history(output_dir)
+        raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", common.EXIT_ENV) from None
+    history = metrics_reader.load_history(output_dir)
     ckpts = checkpoints(output_dir)["steps"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for ax, names, title in ((axes[0], ("reward", "val_reward"), "reward"), (axes[1], ("response_length",), "response length"),
                              (axes[2], ("entropy",), "entropy")):
         for name in names:
-            pts = metrics_history.series(history, name)
+            pts = metrics_reader.series(history, name)
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], label=name, marker="." if len(pts) < 50 else None)
         for step in ckpts:
@@ -206,22 +204,22 @@ def plot(output_dir: Path, target: Path) -> None:
     plt.close(fig)
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(prog="check_status.py", description=__doc__.split("\n\n")[0],
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(prog="check_status.py", description=__doc__.split("\n\n")[0],
                                        epilog="example:\n  python scripts/check_status.py --output-dir outputs --json")
     parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs)")
     parser.add_argument("--lines", type=int, default=20, help="log lines to show (default 20)")
     parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 5) until the run ends")
     parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step")
-    arl_common.add_common_flags(parser)
+    common.add_common_flags(parser)
     return parser
 
 
 def watch(output_dir: Path, args) -> int:
     """Redraw until the run ends (its exit code) or Ctrl-C (the exit code of the last status shown)."""
     tty = sys.stdout.isatty()
-    reader = metrics_history.HistoryReader(output_dir)
+    reader = metrics_reader.HistoryReader(output_dir)
     data = None
     try:
         while True:
@@ -235,7 +233,7 @@ def watch(output_dir: Path, args) -> int:
                 print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail} step {p['step']}/{p['total'] or '?'}"
                       f"{rollouts} flags {len(data['flags'])}", flush=True)
             sys.stdout.flush()
-            if data["status"] in arl_common.TERMINAL_STATES:
+            if data["status"] in common.TERMINAL_STATES:
                 return exit_code(data)
             time.sleep(max(0.2, args.watch))
     except KeyboardInterrupt:  # the way a person leaves --watch: not an error
@@ -244,7 +242,7 @@ def watch(output_dir: Path, args) -> int:
 
 
 def body(args) -> int:
-    output_dir = arl_common.resolve_output_dir(args.output_dir)
+    output_dir = common.resolve_output_dir(args.output_dir)
     if args.plot:
         plot(output_dir, Path(args.plot))
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -252,14 +250,14 @@ def body(args) -> int:
         return watch(output_dir, args)
     data = collect(output_dir, args.lines)
     if args.json:
-        arl_common.print_json(arl_common.envelope(data["status"] != "failed", data=data))
+        common.print_json(common.envelope(data["status"] != "failed", data=data))
     else:
         print(render(data))
     return exit_code(data)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return arl_common.run_cli(body, build_parser(), argv)
+    return common.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

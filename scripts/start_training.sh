@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 7: launch scripts/main.py in the background (nohup + setsid), one run per output folder.
+# Step 7: launch the training job (scripts/agentic_rl/training_job.py) in the background (nohup + setsid), one run per output folder.
 # Run `bash scripts/start_training.sh --help` for usage and exit codes.
 set -euo pipefail
 
@@ -11,7 +11,7 @@ usage() {
 usage: start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] [--resume]
                          [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
 
-Starts scripts/main.py in the background (nohup, own session, stdin closed), appending its output to
+Starts the training job (scripts/agentic_rl/training_job.py) in the background (nohup, own session, stdin closed), appending its output to
 O/training.log, and returns within a few seconds. One run per output folder: O/training.lock is
 taken with flock and held by the job for its whole life.
 
@@ -99,17 +99,20 @@ if [[ -z $PY ]] || ! command -v "$PY" >/dev/null; then
 fi
 
 INPUT="$(cd "$INPUT" && pwd -P)"
+# The internals are the package scripts/agentic_rl, run as modules; PYTHONSAFEPATH keeps the cwd off sys.path.
+PKG_PATH="$S${PYTHONPATH:+:$PYTHONPATH}"
+run_module() { PYTHONPATH="$PKG_PATH" PYTHONSAFEPATH=1 "$PY" -m "agentic_rl.$1" "${@:2}"; }
 OUTPUT="${OUTPUT:-$INPUT/../outputs}"
 mkdir -p "$OUTPUT/checkpoints" "$OUTPUT/logs"
 OUTPUT="$(cd "$OUTPUT" && pwd -P)"
 LOG="$OUTPUT/training.log"
 unset EVO_RUN_ID  # a fresh id below; an inherited one would make this shell look like part of an old run
 
-# The lock: fd 9 stays open in main.py (inherited), so the lock lives exactly as long as the job.
+# The lock: fd 9 stays open in the job (inherited), so the lock lives exactly as long as the job.
 # Helpers run with 9>&- so none of them can keep it.
 exec 9>>"$OUTPUT/training.lock"
 if ! flock -n 9; then
-  "$PY" "$S/launch_state.py" locked --output-dir "$OUTPUT" 9>&- </dev/null || exit $?
+  run_module launcher locked --output-dir "$OUTPUT" 9>&- </dev/null || exit $?
   exit 4
 fi
 
@@ -117,7 +120,7 @@ prep=(prepare --output-dir "$OUTPUT" --input-dir "$INPUT")
 [[ -n $CONFIG ]] && prep+=(--config-file "$CONFIG")
 [[ $RESUME -eq 1 ]] && prep+=(--resume)
 [[ $REHEARSE -eq 1 ]] && prep+=(--rehearse)
-prepared="$("$PY" "$S/launch_state.py" "${prep[@]}" -- "${OVERRIDES[@]}" 9>&- </dev/null)" || exit $?
+prepared="$(run_module launcher "${prep[@]}" -- "${OVERRIDES[@]}" 9>&- </dev/null)" || exit $?
 read -r RUN_ID NGPUS <<<"$prepared"
 
 if [[ $REHEARSE -eq 0 && -z $GPUS ]]; then
@@ -125,13 +128,13 @@ if [[ $REHEARSE -eq 0 && -z $GPUS ]]; then
   cfg_file="${CONFIG:-$INPUT/config.json}"
   [[ -f $cfg_file ]] && gpu_args+=(--config "$cfg_file")
   gpu_json="$("$PY" "$S/check_gpu.py" "${gpu_args[@]}" 9>&- </dev/null)" || exit $?
-  GPUS="$(printf '%s' "$gpu_json" | "$PY" "$S/launch_state.py" selected 9>&-)"
+  GPUS="$(printf '%s' "$gpu_json" | run_module launcher selected 9>&-)"
 fi
 if [[ -n $GPUS ]]; then
   export CUDA_VISIBLE_DEVICES="$GPUS"
 fi
 
-cmd=("$PY" "$S/main.py" --input-dir "$INPUT" --output-dir "$OUTPUT" --run-id "$RUN_ID")
+cmd=(env "PYTHONPATH=$PKG_PATH" PYTHONSAFEPATH=1 "$PY" -m agentic_rl.training_job --input-dir "$INPUT" --output-dir "$OUTPUT" --run-id "$RUN_ID")
 [[ -n $CONFIG ]] && cmd+=(--config-file "$CONFIG")
 [[ -n $GPUS ]] && cmd+=(--gpus "$GPUS")
 [[ $RESUME -eq 1 ]] && cmd+=(--resume)
@@ -143,18 +146,18 @@ MODE=train
 [[ $REHEARSE -eq 1 ]] && MODE=rehearse
 
 echo "=== start_training.sh $(date -Iseconds): run $RUN_ID, mode $MODE, GPUs ${GPUS:-none} ===" >>"$LOG"
-# No job control in a script: setsid(1) need not fork, so $! is main.py's own pid. EVO_RUN_ID goes
-# to the job only: main.py's final clean-up kills every process carrying it, our helpers included.
+# No job control in a script: setsid(1) need not fork, so $! is the job's own pid. EVO_RUN_ID goes
+# to the job only: the job's final clean-up kills every process carrying it, our helpers included.
 EVO_RUN_ID="$RUN_ID" nohup setsid "${cmd[@]}" >>"$LOG" 2>&1 </dev/null &
 PID=$!
 
 rec=(record --output-dir "$OUTPUT" --pid "$PID" --run-id "$RUN_ID" --input-dir "$INPUT" --mode "$MODE")
 [[ -n $CONFIG ]] && rec+=(--config-file "$CONFIG")
 [[ -n $GPUS ]] && rec+=(--gpus "$GPUS")
-"$PY" "$S/launch_state.py" "${rec[@]}" 9>&- </dev/null
-exec 9>&-  # main.py holds the lock from here on
+run_module launcher "${rec[@]}" 9>&- </dev/null
+exec 9>&-  # the job holds the lock from here on
 
-if ! "$PY" "$S/launch_state.py" wait --output-dir "$OUTPUT" --pid "$PID" --seconds "${ARL_START_WAIT_S:-3}" \
+if ! run_module launcher wait --output-dir "$OUTPUT" --pid "$PID" --seconds "${ARL_START_WAIT_S:-3}" \
     </dev/null; then
   code=0
   wait "$PID" || code=$?

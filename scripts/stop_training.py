@@ -34,11 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-import arl_common
-import launch_state
-import proc_shim
 import psutil
-from arl_common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import common, launcher
+from agentic_rl.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.edge import procs
 
 # After main.py exits (or a SIGKILL), allow late exits and the driver freeing GPU memory.
 SETTLE_S = 3.0
@@ -63,7 +62,7 @@ def run_carriers(run_id: str, timeout: float = 0.0) -> list[int]:
     """Pids still carrying the run id, waiting up to timeout for them to go."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [p.pid for p in proc_shim.find_run_processes(run_id, [os.getpid()])]
+        left = [p.pid for p in procs.find_run_processes(run_id, [os.getpid()])]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
@@ -72,19 +71,19 @@ def run_carriers(run_id: str, timeout: float = 0.0) -> list[int]:
 def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
     """GPU processes of the run (a pid it had, or one carrying its id); None where NVML is unavailable."""
     try:
-        import nvml_shim
+        from agentic_rl.edge import nvml
     except ImportError:
         return None
     deadline = time.monotonic() + GPU_RELEASE_S
     while True:
         try:
-            procs = nvml_shim.gpu_processes()
-        except nvml_shim.NvmlUnavailable:
+            gpu_procs = nvml.gpu_processes()
+        except nvml.NvmlUnavailable:
             return None
         held = []
-        for gp in procs:
+        for gp in gpu_procs:
             try:
-                ours = gp["pid"] in pids or proc_shim.process_run_id(psutil.Process(gp["pid"])) == run_id
+                ours = gp["pid"] in pids or procs.process_run_id(psutil.Process(gp["pid"])) == run_id
             except psutil.NoSuchProcess:
                 ours = gp["pid"] in pids
             if ours:
@@ -101,7 +100,7 @@ def describe(pids: list[int]) -> list[dict]:
             cmd = " ".join(psutil.Process(pid).cmdline())[:100]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             cmd = ""
-        rows.append({"pid": pid, "name": proc_shim.process_name(pid), "cmdline": cmd})
+        rows.append({"pid": pid, "name": procs.process_name(pid), "cmdline": cmd})
     return rows
 
 
@@ -129,21 +128,21 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
 
 def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
     """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
-    state = launch_state.assess(output_dir)
+    state = launcher.assess(output_dir)
     if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {arl_common.STATUS_FILE})",
+        raise UserError(f"no run found in {output_dir} (no readable {common.STATUS_FILE})",
                         "pass the --output-dir the run was started with (or set EVO_OUTPUT_DIR)", EXIT_USAGE)
     run_id, pid = state["run_id"], state["pid"]
     report = {"output_dir": str(output_dir), "run_id": run_id, "pid": pid, "status_before": state["status"],
               "proved": state["alive"], "why": state["why"], "force": force, "actions": [],
               "leftovers": [], "gpu_leftovers": None, "status": state["status"], "ok": False}
     if not run_id:
-        report.update(message=f"{arl_common.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
+        report.update(message=f"{common.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
                               "to be this run's, so nothing was signalled",
                       hint="inspect the processes by hand; start_training.sh writes a run_id for every run")
         return report
     if not state["alive"] and not state["carriers"]:
-        if state["status"] in arl_common.TERMINAL_STATES:
+        if state["status"] in common.TERMINAL_STATES:
             report.update(ok=True, message=f"run {run_id} is already {state['status']}; nothing to stop")
         else:
             report.update(message=f"refused: {state['why']}; the pid file is stale and nothing was signalled "
@@ -159,7 +158,7 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
         return report
     before = set(state["carriers"]) | ({int(pid)} if state["alive"] else set())
     if force:
-        proc_shim.kill_run(run_id, timeout=2.0, term_first=False)
+        procs.kill_run(run_id, timeout=2.0, term_first=False)
         report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={run_id} "
                                  f"({len(before)} found), children first")
         settle = SETTLE_S
@@ -176,15 +175,15 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
                       "a process in uninterruptible sleep (D state) or a GPU context can linger; check with "
                       "nvidia-smi and ps, then rerun stop_training.py --force")
         return report
-    final = arl_common.read_status(output_dir) or {}
-    if final.get("status") not in arl_common.TERMINAL_STATES:
+    final = common.read_status(output_dir) or {}
+    if final.get("status") not in common.TERMINAL_STATES:
         how = "SIGKILL (--force)" if force else "SIGTERM"
-        fields = {"status": "stopped", "end_time": arl_common.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
+        fields = {"status": "stopped", "end_time": common.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
         if not state["alive"]:
             fields["reason"] = "main.py had vanished; its orphans were killed by stop_training.py --force"
-        arl_common.update_status(output_dir, **fields)
-        final = arl_common.read_status(output_dir) or {}
-    pid_file = output_dir / arl_common.PID_FILE
+        common.update_status(output_dir, **fields)
+        final = common.read_status(output_dir) or {}
+    pid_file = output_dir / common.PID_FILE
     if pid_file.is_file() and pid_file.read_text().strip() == str(pid):
         pid_file.unlink()
     report.update(ok=True, status=final.get("status"), message=f"run {run_id} is gone; status {final.get('status')}")
@@ -200,15 +199,15 @@ def render(report: dict) -> str:
     elif report["ok"]:
         lines.append(report["message"])
     if report["leftovers"]:
-        lines.append("left behind:\n" + arl_common.render_table(report["leftovers"], ["pid", "name", "cmdline"]))
+        lines.append("left behind:\n" + common.render_table(report["leftovers"], ["pid", "name", "cmdline"]))
     if report["gpu_leftovers"]:
-        lines.append("GPU processes left:\n" + arl_common.render_table(
+        lines.append("GPU processes left:\n" + common.render_table(
             report["gpu_leftovers"], ["pid", "name", "gpu_index", "used_memory"]))
     return "\n".join(lines)
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(
         prog="stop_training.py", description="Stop the run in an output folder (pid proved first).",
         epilog="example:\n  python scripts/stop_training.py --output-dir /tmp/out\n"
                "  python scripts/stop_training.py --output-dir /tmp/out --force --json")
@@ -217,7 +216,7 @@ def build_parser() -> arl_common.ArgumentParser:
                         help="seconds to wait for main.py after SIGTERM (default 120)")
     parser.add_argument("--force", action="store_true",
                         help="SIGKILL every process carrying the run id, children first (also cleans orphans)")
-    arl_common.add_common_flags(parser)
+    common.add_common_flags(parser)
     return parser
 
 
@@ -225,20 +224,20 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> int:
         if args.timeout <= 0:
             raise UserError("--timeout must be > 0", "e.g. --timeout 120", EXIT_USAGE)
-        report = stop_run(arl_common.resolve_output_dir(args.output_dir), args.timeout, args.force)
+        report = stop_run(common.resolve_output_dir(args.output_dir), args.timeout, args.force)
         problem = None if report["ok"] else UserError(report["message"], report.get("hint", ""))
         if args.json:
-            arl_common.print_json(arl_common.envelope(report["ok"], data=report, error=problem))
+            common.print_json(common.envelope(report["ok"], data=report, error=problem))
         else:
             text = render(report)
             if text:
                 print(text)
         if problem:
-            arl_common.print_error(problem.message, problem.hint)
+            common.print_error(problem.message, problem.hint)
             return EXIT_FAIL
         return EXIT_OK
 
-    return arl_common.run_cli(body, build_parser(), argv)
+    return common.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

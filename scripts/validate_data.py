@@ -30,8 +30,8 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-import arl_common
-from arl_common import TASK_FILES, Check, UserError
+from agentic_rl import common
+from agentic_rl.common import TASK_FILES, Check, UserError
 
 MAX_SHOWN = 20  # defects listed per file; the total is always counted
 PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
@@ -240,20 +240,20 @@ def file_checks(input_dir: Path) -> list[Check]:
     """One fail per missing file, each with its format; one ok when all are there."""
     missing = []
     for name, fmt in TASK_FILES.items():
-        present = (input_dir / name).is_file() or (name == "agent.json" and arl_common.agent_config_path(input_dir))
+        present = (input_dir / name).is_file() or (name == "agent.json" and common.agent_config_path(input_dir))
         if not present:
             missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
-                                 f"see {arl_common.EXAMPLES_DOC.name} for a complete example", name))
+                                 f"see {common.EXAMPLES_DOC.name} for a complete example", name))
     return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
 
 
 def agent_checks(input_dir: Path) -> list[Check]:
-    path = arl_common.agent_config_path(input_dir)
+    path = common.agent_config_path(input_dir)
     if path is None:
         return []  # reported by file_checks
     name = path.name
     try:
-        cfg = arl_common.load_agent_config(input_dir)
+        cfg = common.load_agent_config(input_dir)
     except UserError as exc:
         return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
     out = []
@@ -299,8 +299,8 @@ def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[C
         return None, None, [Check("task.goal", "fail", "starts with a UTF-8 byte-order mark (BOM)",
                                   "save task.goal as UTF-8 without BOM", "task.goal:1")]
     try:
-        fields = arl_common.template_fields(text)
-    except arl_common.TemplateError as exc:
+        fields = common.template_fields(text)
+    except common.TemplateError as exc:
         return text, None, [Check("task.goal", "fail", str(exc),
                                   "placeholders are {field} with a plain row field name; {{ and }} are literal braces",
                                   "task.goal")]
@@ -322,7 +322,7 @@ def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
     if not path.is_file():
         return None, []
     try:
-        cfg = arl_common.read_json_file(path)
+        cfg = common.read_json_file(path)
     except UserError as exc:
         return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
                             "config.json")]
@@ -335,14 +335,14 @@ def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
 def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
     if cfg is None:
         return []
-    import config_checks  # the schema, did-you-mean and VERL cross-field rules
+    from agentic_rl import config_checks  # the schema, did-you-mean and VERL cross-field rules
 
     return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
 
 
 def train_batch_size(cfg: dict) -> int | None:
     """data.train_batch_size as VERL will use it (the user's value, else the default)."""
-    import config_checks
+    from agentic_rl import config_checks
 
     value = config_checks.effective(cfg, "data.train_batch_size")
     return value if type(value) is int else None
@@ -363,7 +363,7 @@ def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
              debug: bool = False) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json."""
-    import judge_probe
+    from agentic_rl import judge_probe
 
     checks = file_checks(input_dir) + agent_checks(input_dir)
     template, fields, template_checks = read_template(input_dir)
@@ -376,7 +376,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
                   "defects": {name: scan["defects"] for name, scan in info.items()}, "first_prompt": None}
     if fields is not None and template and train.get("sample"):
         lineno, row = train["sample"][0]
-        prompt = arl_common.render_template(template, row)
+        prompt = common.render_template(template, row)
         data["first_prompt"] = prompt[:2000]
         shown = prompt.strip().replace("\n", "\\n")
         shown = shown if len(shown) <= PROMPT_SHOWN else shown[:PROMPT_SHOWN] + "..."
@@ -392,8 +392,8 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     return checks, data
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(
         prog="validate_data.py",
         description="Check a task folder (train/test.jsonl, task.goal, judge.py, agent.json, config.json) "
                     "before training. Nothing in the folder is modified.",
@@ -407,7 +407,7 @@ def build_parser() -> arl_common.ArgumentParser:
                         help="seconds the judge may take to import, and per call (default 30)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
-    arl_common.add_common_flags(parser)
+    common.add_common_flags(parser)
     return parser
 
 
@@ -419,12 +419,12 @@ def main(argv: list[str] | None = None) -> int:
                              (args.judge_timeout <= 0, "--judge-timeout must be > 0"),
                              (args.gpus is not None and args.gpus < 1, "--gpus must be >= 1")):
             if bad:
-                raise UserError(message, "run `validate_data.py --help` for usage", arl_common.EXIT_USAGE)
-        input_dir = arl_common.resolve_input_dir(args.input_dir)
+                raise UserError(message, "run `validate_data.py --help` for usage", common.EXIT_USAGE)
+        input_dir = common.resolve_input_dir(args.input_dir)
         checks, data = validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug)
-        return arl_common.emit_checks(checks, args.json, data)
+        return common.emit_checks(checks, args.json, data)
 
-    return arl_common.run_cli(body, parser, argv)
+    return common.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

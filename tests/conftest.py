@@ -38,6 +38,15 @@ def example_task(tmp_path) -> Path:
     return dest
 
 
+def run_module(name: str, *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run an internal module of the package (`python -m agentic_rl.<name>`), as start_training.sh does."""
+    path_env = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path_env, "PYTHONSAFEPATH": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", f"agentic_rl.{name}", *args], cwd=cwd, env=full_env, text=True,
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 def run_script(name: str, *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
                timeout: float = 120, input_text: str | None = None) -> subprocess.CompletedProcess:
     """Run scripts/<name> as a user would: a real subprocess, stdin closed unless input_text is given."""

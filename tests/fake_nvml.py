@@ -1,7 +1,7 @@
 """A faithful fake of nvidia-ml-py's `pynvml` module, in the manner of gpustat's tests.
 
 A FakeNvml holds a per-GPU table of values and of NVML exceptions; tests patch it in as the
-`pynvml` module (`install(monkeypatch, fake)`), so nvml_shim imports it exactly as it would the real
+`pynvml` module (`install(monkeypatch, fake)`), so nvml imports it exactly as it would the real
 one. It is faithful where the shim depends on it:
 - its exception classes and constants ARE the installed pynvml's (NVMLError_NotSupported, ...), so
   the shim's except clauses are exercised exactly;
@@ -155,7 +155,7 @@ class FakeNvml(types.ModuleType):
 
 
 def install(monkeypatch, fake: types.ModuleType) -> types.ModuleType:
-    """Make `import pynvml` (inside nvml_shim's functions) return the fake."""
+    """Make `import pynvml` (inside nvml's functions) return the fake."""
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     return fake
 

@@ -2,7 +2,7 @@ import json
 import os
 
 import pytest
-from arl_common import (
+from agentic_rl.common import (
     EXIT_USAGE,
     ArgumentParser,
     TemplateError,

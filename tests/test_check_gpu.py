@@ -1,4 +1,4 @@
-"""check_gpu.py and nvml_shim.py against a faithful fake NVML (tests/fake_nvml.py), scenario by
+"""check_gpu.py and nvml.py against a faithful fake NVML (tests/fake_nvml.py), scenario by
 scenario, plus the real script on this host (no driver: exit 3)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 
 import check_gpu
 import fake_nvml
-import nvml_shim
 import pynvml as real_pynvml
 import pytest
+from agentic_rl.edge import nvml
 from conftest import ROOT, run_script
 from fake_nvml import GIB, FakeGpu, FakeNvml
 
@@ -307,30 +307,30 @@ def test_usage_errors_exit_2(monkeypatch, capsys, argv):
 
 def test_shim_gpu_processes_and_lazy_init(monkeypatch, sleeper):
     fake = fake_nvml.install(monkeypatch, FakeNvml([FakeGpu(processes=[(sleeper, GIB)]), FakeGpu()]))
-    procs = nvml_shim.gpu_processes()
+    procs = nvml.gpu_processes()
     assert procs == [{"pid": sleeper, "name": "sleep", "gpu_index": 0, "gpu_uuid": fake.gpus[0].uuid,
                       "used_memory": GIB}]
     assert fake.calls[0] == "nvmlInit" and fake.calls[-1] == "nvmlShutdown" and fake.init_count == 0
     fake_nvml.install(monkeypatch, FakeNvml([], init_error=real_pynvml.NVMLError_LibraryNotFound))
-    with pytest.raises(nvml_shim.NvmlUnavailable):
-        nvml_shim.gpu_processes()
+    with pytest.raises(nvml.NvmlUnavailable):
+        nvml.gpu_processes()
 
 
 def test_fake_mirrors_the_real_module():
     """Every NVML call the shim makes exists in nvidia-ml-py with the fake's parameters."""
-    shim_calls = set(re.findall(r"pynvml\.(nvml\w+)", (ROOT / "scripts" / "nvml_shim.py").read_text()))
+    shim_calls = set(re.findall(r"pynvml\.(nvml\w+)", (ROOT / "scripts" / "agentic_rl" / "edge" / "nvml.py").read_text()))
     assert {"nvmlInit", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetComputeRunningProcesses"} <= shim_calls
     fake = FakeNvml([FakeGpu()])
     for name in shim_calls:
         assert list(inspect.signature(getattr(real_pynvml, name)).parameters) == \
             list(inspect.signature(getattr(fake, name)).parameters), name
     assert {"total", "free", "used"} <= {f[0] for f in real_pynvml.c_nvmlMemory_t._fields_}
-    shim_errors = set(re.findall(r"pynvml\.(NVMLError_\w+)", (ROOT / "scripts" / "nvml_shim.py").read_text()))
+    shim_errors = set(re.findall(r"pynvml\.(NVMLError_\w+)", (ROOT / "scripts" / "agentic_rl" / "edge" / "nvml.py").read_text()))
     assert shim_errors and all(getattr(fake, e) is getattr(real_pynvml, e) for e in shim_errors)
 
 
 def test_shim_import_loads_no_nvml_and_no_ray():
-    code = ("import sys; sys.path.insert(0, 'scripts'); import nvml_shim, ray_shim, check_gpu; "
+    code = ("import sys; sys.path.insert(0, 'scripts'); from agentic_rl.edge import nvml, ray_cluster; import check_gpu; "
             "print('pynvml' in sys.modules, 'ray' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.stdout.strip() == "False False", proc.stderr

@@ -7,9 +7,8 @@ import os
 from pathlib import Path
 
 import check_model
-import memory_fit
-import model_files
 import pytest
+from agentic_rl import memory_fit, model_files
 from conftest import ROOT, run_script
 from make_tiny_model import make_tiny_model
 

@@ -1,4 +1,4 @@
-"""check_status.py and run_metrics on synthetic runs: real files, real processes for liveness."""
+"""check_status.py and run_health on synthetic runs: real files, real processes for liveness."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import arl_common
 import check_status
-import metrics_history
 import orjson
-import proc_shim
 import pytest
-import run_metrics
+from agentic_rl import common, metrics_reader, run_health
+from agentic_rl.edge import procs
 from conftest import run_script
 
 STOCK = {"reward": "critic/score/mean", "std": "critic/score/std", "val": "val/test_score/mean"}
@@ -52,8 +50,8 @@ def write_history(out: Path, steps: range, family: dict, attempt: int = 1, write
 def write_status(out: Path, **fields) -> None:
     out.mkdir(parents=True, exist_ok=True)
     base = {"status": "completed", "pid": 999999, "run_id": "r1", "proc_start_time": 1.0, "mode": "train",
-            "start_time": arl_common.now_iso(), "total_training_steps": 40, "steps_per_epoch": 20}
-    arl_common.atomic_write_json(out / arl_common.STATUS_FILE, {**base, **fields})
+            "start_time": common.now_iso(), "total_training_steps": 40, "steps_per_epoch": 20}
+    common.atomic_write_json(out / common.STATUS_FILE, {**base, **fields})
 
 
 @pytest.mark.parametrize("family", [STOCK, AGL], ids=["stock-verl", "agent-lightning"])
@@ -76,13 +74,13 @@ def flag_names(tmp_path, family=AGL, writer=verl_file_logger_line, **over):
 
 def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path):
     write_status(tmp_path, status="completed")
-    (tmp_path / arl_common.LOG_FILE).write_text(
+    (tmp_path / common.LOG_FILE).write_text(
         "AglRolloutManager: completed=64/64 succeeded=64 failed=0\n[step 1 done]\n"
         "AglRolloutManager: completed=12/64 succeeded=11 failed=1\nINFO other line\n")
     data = check_status.collect(tmp_path)
     assert data["progress"]["rollouts"] == {"completed": 12, "enqueued": 64, "succeeded": 11, "failed": 1}
     assert "12/64 of the current batch done, 1 failed" in check_status.render(data)
-    (tmp_path / arl_common.LOG_FILE).write_text("no rollout yet\n")
+    (tmp_path / common.LOG_FILE).write_text("no rollout yet\n")
     assert check_status.collect(tmp_path)["progress"]["rollouts"] is None
 
 
@@ -137,11 +135,11 @@ def test_stalled_run_with_a_live_process(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": "stall-run"})
     try:
         write_status(tmp_path, status="running", pid=sleeper.pid, run_id="stall-run",
-                     proc_start_time=proc_shim.process_start_time(sleeper.pid))
+                     proc_start_time=procs.process_start_time(sleeper.pid))
         write_history(tmp_path, range(1, 4), AGL)
         old = time.time() - 3600
         os.utime(tmp_path / "metrics" / "attempt-0001.jsonl", (old, old))
-        (tmp_path / arl_common.LOG_FILE).write_text("loading\nAglRolloutManager: completed=3/64\n")
+        (tmp_path / common.LOG_FILE).write_text("loading\nAglRolloutManager: completed=3/64\n")
         data = check_status.collect(tmp_path)
         assert data["alive"] and data["status"] == "running"
         assert data["stall"]["stalled"] and data["stall"]["last_step"] == 3 and data["stall"]["phase"] == "rollout"
@@ -154,22 +152,22 @@ def test_stalled_run_with_a_live_process(tmp_path):
 
 @pytest.fixture
 def live_run():
-    """A real process carrying the run id, so launch_state proves the run alive."""
+    """A real process carrying the run id, so launcher proves the run alive."""
     sleeper = subprocess.Popen(["sleep", "120"], env={**os.environ, "EVO_RUN_ID": "live-run"})
     fields = {"status": "running", "pid": sleeper.pid, "run_id": "live-run",
-              "proc_start_time": proc_shim.process_start_time(sleeper.pid)}
+              "proc_start_time": procs.process_start_time(sleeper.pid)}
     yield fields
     sleeper.kill()
     sleeper.wait()
 
 
 def test_stall_before_the_first_step_uses_the_floor_and_names_the_phase(tmp_path, live_run):
-    started = time.time() - run_metrics.STALL_FLOOR_S - 120
+    started = time.time() - run_health.STALL_FLOOR_S - 120
     write_status(tmp_path, **live_run, start_time=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
-    (tmp_path / arl_common.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
+    (tmp_path / common.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
     stall = check_status.collect(tmp_path)["stall"]
     assert stall["stalled"] and stall["last_step"] == 0 and stall["phase"] == "loading model"
-    assert stall["limit_s"] == run_metrics.STALL_FLOOR_S
+    assert stall["limit_s"] == run_health.STALL_FLOOR_S
     write_status(tmp_path, **live_run)  # started just now: model loading may take its time
     assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
 
@@ -233,16 +231,16 @@ def test_attempts_are_read_in_number_order(tmp_path):
     for attempt in (9999, 10000, 2):
         write_lines(tmp_path, [line(1, training__reward=float(attempt))], attempt=attempt)
     (tmp_path / "metrics" / "attempt-x.jsonl").write_bytes(line(1, training__reward=-1.0))  # not an attempt
-    assert [p.name for p in metrics_history.attempt_files(tmp_path)] == [
+    assert [p.name for p in metrics_reader.attempt_files(tmp_path)] == [
         "attempt-0002.jsonl", "attempt-9999.jsonl", "attempt-10000.jsonl"]
-    assert metrics_history.load_history(tmp_path)[0]["data"]["training/reward"] == 10000.0
+    assert metrics_reader.load_history(tmp_path)[0]["data"]["training/reward"] == 10000.0
 
 
 def test_resumed_history_merges_attempts(tmp_path):
     write_status(tmp_path, resumed_from_step=5)
     write_history(tmp_path, range(1, 8), AGL, attempt=1)
     write_history(tmp_path, range(6, 11), AGL, attempt=2, training__reward=lambda s: 9.0)
-    hist = metrics_history.load_history(tmp_path)
+    hist = metrics_reader.load_history(tmp_path)
     assert [h["step"] for h in hist] == list(range(1, 11))
     assert hist[5]["data"]["training/reward"] == 9.0 and hist[4]["attempt"] == 1  # the later attempt wins
     assert check_status.collect(tmp_path)["resumed_from_step"] == 5
@@ -263,8 +261,8 @@ PARSERS = pytest.mark.parametrize("parser", ["orjson", "json"])
 def use_parser(monkeypatch, parser):
     if parser == "json":  # what runs where orjson is not installed
         monkeypatch.setitem(sys.modules, "orjson", None)
-    monkeypatch.setattr(metrics_history, "FAST_LOADS", metrics_history.strict_loads())
-    assert (metrics_history.FAST_LOADS.__module__ == "orjson") == (parser == "orjson")
+    monkeypatch.setattr(metrics_reader, "FAST_LOADS", metrics_reader.strict_loads())
+    assert (metrics_reader.FAST_LOADS.__module__ == "orjson") == (parser == "orjson")
 
 
 @PARSERS
@@ -276,9 +274,9 @@ def test_bad_lines_cost_only_themselves(tmp_path, monkeypatch, parser):
     lines[5] = b'{"step": 6, "data": [1, 2]}\n'  # data that is not an object: the step stays, with no metrics
     lines.append(b'{"step": 9, "data": {"training/rew')  # the writer is mid-line
     write_lines(tmp_path, lines)
-    hist = metrics_history.load_history(tmp_path)
+    hist = metrics_reader.load_history(tmp_path)
     assert [h["step"] for h in hist] == [1, 2, 4, 6, 7, 8]
-    assert hist[3]["data"] == {} and metrics_history.series(hist, "reward")[-1] == (8, pytest.approx(0.8))
+    assert hist[3]["data"] == {} and metrics_reader.series(hist, "reward")[-1] == (8, pytest.approx(0.8))
 
 
 @PARSERS
@@ -289,58 +287,58 @@ def test_nonfinite_found_and_only_in_watched_keys(tmp_path, monkeypatch, parser)
     lines[9] = line(10, actor__grad_norm=0.5, perf__throughput=math.inf)
     lines[30] = line(31, actor__kl_loss=-math.inf, critic__vf_loss=None)
     write_lines(tmp_path, lines)
-    hist = metrics_history.load_history(tmp_path)
+    hist = metrics_reader.load_history(tmp_path)
     assert hist.nonfinite_suspects == {31} and hist[30]["data"] == {"actor/kl_loss": -math.inf, "critic/vf_loss": None}
-    (nan,) = [f for f in run_metrics.flags(hist) if f["flag"] == "nan"]
+    (nan,) = [f for f in run_health.flags(hist) if f["flag"] == "nan"]
     assert nan["step"] == 31 and nan["value"] == "actor/kl_loss"
-    assert run_metrics.flags(list(hist)) == run_metrics.flags(hist)  # a plain list scans every step, same answer
+    assert run_health.flags(list(hist)) == run_health.flags(hist)  # a plain list scans every step, same answer
 
 
 def test_both_key_families_in_one_run_merge_first_named_key_winning(tmp_path):
     write_lines(tmp_path, [line(1, training__reward=0.1), line(2, training__reward=0.2, critic__score__mean=0.9),
                            line(3, critic__score__mean=0.3), line(4, training__reward="n/a")])
-    hist = metrics_history.load_history(tmp_path)
-    assert metrics_history.series(hist, "reward") == [(1, 0.1), (2, 0.2), (3, 0.3)]
-    every = {name: metrics_history.series(list(hist), name) for name in metrics_history.KEYS}
-    assert every == {name: metrics_history.series(hist, name) for name in metrics_history.KEYS}
-    fresh = metrics_history.load_history(tmp_path)  # nothing cached: recent() reads from the ends
-    assert metrics_history.recent(fresh, "reward", 2) == [(2, 0.2), (3, 0.3)]
-    assert metrics_history.recent(fresh, "reward", 1, first=True) == [(1, 0.1)]
-    assert metrics_history.recent(fresh, "entropy", 3) == [] and not fresh.series_cache
+    hist = metrics_reader.load_history(tmp_path)
+    assert metrics_reader.series(hist, "reward") == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    every = {name: metrics_reader.series(list(hist), name) for name in metrics_reader.KEYS}
+    assert every == {name: metrics_reader.series(hist, name) for name in metrics_reader.KEYS}
+    fresh = metrics_reader.load_history(tmp_path)  # nothing cached: recent() reads from the ends
+    assert metrics_reader.recent(fresh, "reward", 2) == [(2, 0.2), (3, 0.3)]
+    assert metrics_reader.recent(fresh, "reward", 1, first=True) == [(1, 0.1)]
+    assert metrics_reader.recent(fresh, "entropy", 3) == [] and not fresh.series_cache
 
 
 def test_reader_parses_only_appended_lines_and_starts_over_when_a_file_is_replaced(tmp_path, monkeypatch):
     write_lines(tmp_path, [line(s, training__reward=0.1 * s) for s in range(1, 6)])
     path = tmp_path / "metrics" / "attempt-0001.jsonl"
-    reader = metrics_history.HistoryReader(tmp_path)
+    reader = metrics_reader.HistoryReader(tmp_path)
     assert [h["step"] for h in reader.read()] == [1, 2, 3, 4, 5]
     with open(path, "ab") as fh:  # step 6, and step 7 half written
         fh.write(line(6, training__reward=0.6) + line(7, training__reward=0.7)[:20])
     parsed = []
-    real = metrics_history.FAST_LOADS
-    monkeypatch.setattr(metrics_history, "FAST_LOADS", lambda raw: parsed.append(raw) or real(raw))
+    real = metrics_reader.FAST_LOADS
+    monkeypatch.setattr(metrics_reader, "FAST_LOADS", lambda raw: parsed.append(raw) or real(raw))
     assert [h["step"] for h in reader.read()] == [1, 2, 3, 4, 5, 6] and len(parsed) == 2  # step 6 + the half line
     with open(path, "ab") as fh:
         fh.write(line(7, training__reward=0.7)[20:])
     hist = reader.read()
-    assert metrics_history.series(hist, "reward")[-1] == (7, 0.7) and len(parsed) == 3  # only the finished line
+    assert metrics_reader.series(hist, "reward")[-1] == (7, 0.7) and len(parsed) == 3  # only the finished line
     write_lines(tmp_path, [line(1, training__reward=0.9)], attempt=2)  # a resume: a new attempt file
     assert reader.read()[0]["data"] == {"training/reward": 0.9}
     path.unlink()  # the first attempt's file replaced by a shorter one: start over
     write_lines(tmp_path, [line(1, critic__score__mean=0.5)])
     hist = reader.read()
     assert [h["step"] for h in hist] == [1] and hist[0]["attempt"] == 2 and hist.keys == {"critic/score/mean", "training/reward"}
-    assert reader.read() == metrics_history.load_history(tmp_path)
+    assert reader.read() == metrics_reader.load_history(tmp_path)
     with open(path, "r+b") as fh:  # truncated and rewritten in place, longer than before: same inode
         fh.truncate(0)
         fh.write(b"".join(line(s, critic__score__mean=1.0) for s in range(1, 30)))
-    assert reader.read() == metrics_history.load_history(tmp_path)
+    assert reader.read() == metrics_reader.load_history(tmp_path)
 
 
 def test_metrics_module_doctests():
     import doctest
 
-    for module in (metrics_history, run_metrics):
+    for module in (metrics_reader, run_health):
         assert doctest.testmod(module).failed == 0
 
 

@@ -11,10 +11,9 @@ import doctest
 import json
 from pathlib import Path
 
-import config_checks
 import pytest
-import verl_rules
-from conftest import run_script
+from agentic_rl import config_checks, verl_rules
+from conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CFG = json.loads((ROOT / "assets" / "example" / "config.json").read_text())
@@ -261,13 +260,13 @@ def test_cli_in_process(tmp_path, capsys):
 
 
 def test_cli_subprocess_from_another_cwd(tmp_path):
-    proc = run_script("config_checks.py", str(ROOT / "assets" / "example" / "config.json"), "--get",
+    proc = run_module("config_checks", str(ROOT / "assets" / "example" / "config.json"), "--get",
                       "data.train_batch_size", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["data"] == {"data.train_batch_size": 16}
     bad = tmp_path / "c.json"
     bad.write_text('{"trainer": {"n_gpus_per_node": 1}}')
-    proc = run_script("config_checks.py", str(bad), cwd=tmp_path)
+    proc = run_module("config_checks", str(bad), cwd=tmp_path)
     assert proc.returncode == 1 and "Error: " in proc.stderr and "Hint: " in proc.stderr
 
 

@@ -1,8 +1,8 @@
-"""main.py, agl_shim, arl_agent, rehearsal and launch_config: the launch path with real processes.
+"""main.py, agl, agent, rehearsal and job_config: the launch path with real processes.
 
 Issue tests 1, 2, 8 and 9 start real runs (gateway, controller, one agent process per rollout,
 the oracle) through scripts/start_training.sh --rehearse, and clean up by run id. The config is
-composed by verl_shim with VERL's config files read from .venv-verl (`make test` builds it), so
+composed by verl_config with VERL's config files read from .venv-verl (`make test` builds it), so
 resolved_config.yaml here says whether VERL's defaults were merged. The rest are in-process
 tests of the pieces.
 """
@@ -16,20 +16,15 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import agl_shim
-import arl_agent
-import arl_common
-import launch_config
-import main as main_py
-import proc_shim
 import psutil
 import pytest
-import rehearsal
-from conftest import SCRIPTS, run_script
+from agentic_rl import agent, common, job_config, rehearsal
+from agentic_rl import training_job as main_py
+from agentic_rl.edge import agl, procs
+from conftest import SCRIPTS, run_module, run_script
 
 START = SCRIPTS / "start_training.sh"
 
@@ -42,32 +37,24 @@ def cut_rows(task: Path, name: str, n: int) -> None:
     (task / name).write_text("\n".join(lines) + "\n")
 
 
-def launch(task: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess | None:
-    """Start a run as a user does: start_training.sh, or (until it exists) main.py detached like it."""
-    if START.exists():
-        return run_script("start_training.sh", "--input-dir", str(task), "--output-dir", str(out), *extra, env=env)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / arl_common.LOG_FILE, "ab") as log:
-        subprocess.Popen([sys.executable, str(SCRIPTS / "main.py"), "--input-dir", str(task), "--output-dir", str(out),
-                          "--run-id", f"test-{os.getpid()}-{time.monotonic_ns()}", *extra],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                         env={**os.environ, **(env or {})})
-    return None
+def launch(task: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Start a run as a user does: start_training.sh."""
+    return run_script("start_training.sh", "--input-dir", str(task), "--output-dir", str(out), *extra, env=env)
 
 
 def wait_for(out: Path, predicate, timeout: float = 90.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = arl_common.read_status(out) or {}
+        st = common.read_status(out) or {}
         if predicate(st):
             return st
         time.sleep(0.2)
-    raise AssertionError(f"timed out; status {arl_common.read_status(out)}; log:\n{log_text(out)[-3000:]}")
+    raise AssertionError(f"timed out; status {common.read_status(out)}; log:\n{log_text(out)[-3000:]}")
 
 
 def wait_done(out: Path, timeout: float = 90.0) -> dict:
     """The final status, once main.py itself has exited."""
-    st = wait_for(out, lambda s: s.get("status") in arl_common.TERMINAL_STATES and s.get("end_time"), timeout)
+    st = wait_for(out, lambda s: s.get("status") in common.TERMINAL_STATES and s.get("end_time"), timeout)
     deadline = time.monotonic() + 20
     while psutil.pid_exists(st["pid"]) and psutil.Process(st["pid"]).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "main.py still alive after its final status"
@@ -76,7 +63,7 @@ def wait_done(out: Path, timeout: float = 90.0) -> dict:
 
 
 def log_text(out: Path) -> str:
-    path = out / arl_common.LOG_FILE
+    path = out / common.LOG_FILE
     return path.read_text(errors="replace") if path.exists() else ""
 
 
@@ -87,17 +74,17 @@ def runs():
     yield outs
     leftovers = {}
     for out in outs:
-        run_id = (arl_common.read_status(out) or {}).get("run_id")
+        run_id = (common.read_status(out) or {}).get("run_id")
         if run_id:
-            left = proc_shim.find_run_processes(run_id)
-            proc_shim.kill_run(run_id)
+            left = procs.find_run_processes(run_id)
+            procs.kill_run(run_id)
             if left:
                 leftovers[run_id] = [p.pid for p in left]
     assert not leftovers, f"processes left behind: {leftovers}"
 
 
 def assert_run_gone(st: dict) -> None:
-    assert proc_shim.find_run_processes(st["run_id"]) == []
+    assert procs.find_run_processes(st["run_id"]) == []
 
 
 # --------------------------------------------------------------------------- 1, 2: rehearsal
@@ -123,11 +110,11 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
     assert lines[0]["step"] == 0 and lines[0]["data"]["val/reward"] == 1.0
     resolved = (out / "resolved_config.yaml").read_text()
     for forced in (f"default_local_dir: {out}/checkpoints", "- file", "ARL_ROW: input.arl_row",
-                   "agent_class: arl_agent:TemplateJudgeAgent", f"agl_base_url: {st['services']['gateway']['url']}",
+                   "agent_class: agentic_rl.agent:TemplateJudgeAgent", f"agl_base_url: {st['services']['gateway']['url']}",
                    "resume_mode: disable"):
         assert forced in resolved, forced
     assert resolved.startswith("# VERL")
-    assert not (out / arl_common.PID_FILE).exists()
+    assert not (out / common.PID_FILE).exists()
     assert not list(out.rglob(".hydra")) and not (out / "logs" / "outputs").exists()
     assert "arl_agent rollout=" in (out / "logs" / "controller.log").read_text()
     assert_run_gone(st)
@@ -179,7 +166,7 @@ def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_pa
     launch(example_task, out, "--rehearse", env={rehearsal.ORACLE_DELAY_ENV: "1"})
     st = wait_for(out, lambda s: s.get("status") == "running")
     gateway = psutil.Process(st["services"]["gateway"]["pid"])
-    key = gateway.environ()[agl_shim.KEY_ENV]
+    key = gateway.environ()[agl.KEY_ENV]
     assert len(key) >= 32 and key not in " ".join(gateway.cmdline())
     port = st["services"]["gateway"]["port"]
     listening = [c for c in gateway.net_connections("inet") if c.status == psutil.CONN_LISTEN]
@@ -224,19 +211,19 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
         assert started.returncode == 1, started.stderr
         assert "nothing to resume" in started.stderr and "save_freq was -1" in started.stderr
     # main.py checks again (it also runs by hand, in the foreground)
-    by_hand = run_script("main.py", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+    by_hand = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
                          "--resume", "--run-id", f"test-resume-{os.getpid()}")
     assert by_hand.returncode == 1, by_hand.stderr
-    st = arl_common.read_status(out)
+    st = common.read_status(out)
     assert st["status"] == "failed" and st["failed_component"] == "config" and st["exit_code"] == 1
     assert "nothing to resume" in st["reason"] and "save_freq was -1" in st["reason"]
-    assert not (out / "rehearsal.json").exists() and not (out / arl_common.PID_FILE).exists()
+    assert not (out / "rehearsal.json").exists() and not (out / common.PID_FILE).exists()
 
 
 def make_checkpoint(out: Path, step: int) -> None:
     ckpt = out / "checkpoints"
     (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
-    (ckpt / launch_config.TRACKER).write_text(str(step))
+    (ckpt / job_config.TRACKER).write_text(str(step))
 
 
 def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, runs):
@@ -282,10 +269,10 @@ def test_main_refuses_a_locked_output_folder(example_task, tmp_path, capsys):
 
     out = tmp_path / "out"
     out.mkdir()
-    with open(out / arl_common.LOCK_FILE, "w") as held:
+    with open(out / common.LOCK_FILE, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         code = main_py.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"])
-    assert code == arl_common.EXIT_CONFLICT
+    assert code == common.EXIT_CONFLICT
     assert "locked" in capsys.readouterr().err
 
 
@@ -306,7 +293,7 @@ def test_oracle_answers_like_vllm():
 
 def test_rows_of_different_shapes_travel_as_one_string_field():
     rows = [{"q": "a", "ground_truth": 3}, {"q": "b", "ground_truth": "x", "metadata": {"k": [1]}}]
-    wrapped = [launch_config.wrap_row(r) for r in rows]
+    wrapped = [job_config.wrap_row(r) for r in rows]
     assert [set(w) for w in wrapped] == [{"arl_row"}, {"arl_row"}]
     assert [json.loads(w["arl_row"]) for w in wrapped] == rows
 
@@ -318,48 +305,48 @@ def test_rows_of_different_shapes_travel_as_one_string_field():
     ("Traceback...\nValueError: Train dataloader is empty!\n", "ValueError: Train dataloader is empty!"),
 ])
 def test_classify_failure_names_the_kind(text, expected):
-    assert launch_config.classify_failure(text).startswith(expected)
+    assert job_config.classify_failure(text).startswith(expected)
 
 
 def test_checkpoint_and_new_step_detection(tmp_path):
-    assert launch_config.latest_checkpoint(tmp_path) is None
-    (tmp_path / launch_config.TRACKER).write_text("5")
-    assert launch_config.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
+    assert job_config.latest_checkpoint(tmp_path) is None
+    (tmp_path / job_config.TRACKER).write_text("5")
+    assert job_config.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
     (tmp_path / "global_step_5").mkdir()
-    assert launch_config.latest_checkpoint(tmp_path) == 5
+    assert job_config.latest_checkpoint(tmp_path) == 5
     metrics = tmp_path / "m.jsonl"
     metrics.write_text('{"step": 5, "data": {}}\nnot json\n')
-    assert not launch_config.trained_past(metrics, 5)
+    assert not job_config.trained_past(metrics, 5)
     metrics.write_text('{"step": 6, "data": {}}\n')
-    assert launch_config.trained_past(metrics, 5)
+    assert job_config.trained_past(metrics, 5)
 
 
 def test_controller_tuning_follows_batch_and_cpus():
-    assert agl_shim.controller_tuning(64, 2, rehearse=True) == {"maximum_size": 4, "poll_interval": 0.5}
-    assert agl_shim.controller_tuning(64, 2, rehearse=False)["maximum_size"] == 8
-    assert agl_shim.controller_tuning(3, 64, rehearse=False)["maximum_size"] == 3
-    assert agl_shim.controller_tuning(4096, 64, rehearse=False) == {"maximum_size": 50, "poll_interval": 0.25}
+    assert agl.controller_tuning(64, 2, rehearse=True) == {"maximum_size": 4, "poll_interval": 0.5}
+    assert agl.controller_tuning(64, 2, rehearse=False)["maximum_size"] == 8
+    assert agl.controller_tuning(3, 64, rehearse=False)["maximum_size"] == 3
+    assert agl.controller_tuning(4096, 64, rehearse=False) == {"maximum_size": 50, "poll_interval": 0.25}
 
 
 def test_redacting_stream_masks_the_key():
     buf = io.StringIO()
-    stream = agl_shim.RedactingStream(buf, "s3cr3t")
+    stream = agl.RedactingStream(buf, "s3cr3t")
     print({"agentlightning": {"agl_key": "s3cr3t"}}, file=stream)
-    assert "s3cr3t" not in buf.getvalue() and agl_shim.REDACTED in buf.getvalue()
-    assert agl_shim.hydra_quote("/a b/it's") == "'/a b/it\\'s'"
+    assert "s3cr3t" not in buf.getvalue() and agl.REDACTED in buf.getvalue()
+    assert agl.hydra_quote("/a b/it's") == "'/a b/it\\'s'"
 
 
 def test_agent_score_turns_judge_failures_into_zero(example_task):
     (example_task / "judge.py").write_text("def compute_reward(r, g, m):\n    return {'bad': 1}\n")
-    reward, reason = arl_agent.score(str(example_task), "Answer: 3", {"ground_truth": "3"})
+    reward, reason = agent.score(str(example_task), "Answer: 3", {"ground_truth": "3"})
     assert reward == 0.0 and "not a number" in reason
     (example_task / "judge.py").write_text("def compute_reward(r, g, m):\n    return True\n")
-    assert arl_agent.score(str(example_task), "x", {"ground_truth": "3"}) == (1.0, None)
-    assert not math.isnan(arl_agent.score(str(example_task), "x", {})[0])
+    assert agent.score(str(example_task), "x", {"ground_truth": "3"}) == (1.0, None)
+    assert not math.isnan(agent.score(str(example_task), "x", {})[0])
 
 
 def test_agent_without_its_environment_is_a_usage_error():
-    proc = run_script("arl_agent.py")
+    proc = run_module("agent")
     assert proc.returncode == 2 and "ARL_ROW" in proc.stderr
 
 

@@ -1,7 +1,7 @@
 """check_gpu.py --ray-address against a REAL local Ray head with 4 logical GPUs.
 
 The head listens on 127.0.0.1 only, lives in a private temp dir, and every process it starts
-carries EVO_RUN_ID=<a marker of this module>; it is stopped by that marker (proc_shim.kill_run),
+carries EVO_RUN_ID=<a marker of this module>; it is stopped by that marker (procs.kill_run),
 never by a host-wide `ray stop`, and the teardown asserts that no process of it is left.
 """
 
@@ -18,9 +18,8 @@ import uuid
 from pathlib import Path
 
 import check_gpu
-import proc_shim
 import pytest
-import ray_shim
+from agentic_rl.edge import procs, ray_cluster
 from conftest import run_script
 
 RAY = Path(sys.executable).with_name("ray")
@@ -55,9 +54,9 @@ def ray_head(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-2000:]
         yield {"address": f"127.0.0.1:{port}", "marker": marker}
     finally:
-        left = proc_shim.kill_run(marker, timeout=10)
+        left = procs.kill_run(marker, timeout=10)
         assert left == [], f"Ray processes left after the test: {left}"
-        assert proc_shim.find_run_processes(marker) == []
+        assert procs.find_run_processes(marker) == []
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
 
@@ -72,9 +71,9 @@ def ray_env(monkeypatch, ray_head):
 
 
 def test_head_listens_on_loopback_only(ray_head):
-    procs = proc_shim.find_run_processes(ray_head["marker"])
-    assert any(p.name() == "raylet" for p in procs)
-    for proc in procs:
+    found = procs.find_run_processes(ray_head["marker"])
+    assert any(p.name() == "raylet" for p in found)
+    for proc in found:
         for conn in proc.net_connections(kind="inet"):
             if conn.status == "LISTEN":
                 assert conn.laddr.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1"), (proc.name(), conn.laddr)
@@ -145,8 +144,8 @@ def test_nobody_listening_exits_3_fast(capsys):
 
 
 def test_address_without_port_is_a_usage_error(capsys):
-    with pytest.raises(ray_shim.UserError) as info:
-        ray_shim.read_ray_nodes("head-node-without-port")
+    with pytest.raises(ray_cluster.UserError) as info:
+        ray_cluster.read_ray_nodes("head-node-without-port")
     assert info.value.code == 2
     assert check_gpu.main(["--ray-address", "head-node-without-port", "--required", "1"]) == 2
     assert "is not HOST:PORT" in capsys.readouterr().err

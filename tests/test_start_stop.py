@@ -1,4 +1,4 @@
-"""start_training.sh, stop_training.py and launch_state.py with real processes.
+"""start_training.sh, stop_training.py and launcher.py with real processes.
 
 Issue tests 3-7 and the start side of 9: stop during a long rehearsal (10 times), --force against
 a job that ignores SIGTERM, kill -9 of main.py (vanished, then orphans cleaned by run id), 10
@@ -18,13 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-import arl_common
-import launch_state
-import proc_shim
 import psutil
 import pytest
-import rehearsal
 import stop_training
+from agentic_rl import common, launcher, rehearsal
+from agentic_rl.edge import procs
 from conftest import SCRIPTS, run_script
 from make_tiny_model import make_tiny_model
 
@@ -44,7 +42,7 @@ def stop(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def status(out: Path) -> dict:
-    return arl_common.read_status(out) or {}
+    return common.read_status(out) or {}
 
 
 def wait_for(predicate, what: str, timeout: float = 60.0):
@@ -58,7 +56,7 @@ def wait_for(predicate, what: str, timeout: float = 60.0):
 
 
 def carriers(run_id: str) -> list[psutil.Process]:
-    return proc_shim.find_run_processes(run_id)
+    return procs.find_run_processes(run_id)
 
 
 def setsid_agents(run_id: str, main_pid: int) -> list[psutil.Process]:
@@ -74,7 +72,7 @@ def setsid_agents(run_id: str, main_pid: int) -> list[psutil.Process]:
 
 
 def log_text(out: Path) -> str:
-    path = out / arl_common.LOG_FILE
+    path = out / common.LOG_FILE
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
@@ -85,10 +83,10 @@ def runs():
     yield ids
     left = {}
     for run_id in ids:
-        procs = carriers(run_id)
-        if procs:
-            left[run_id] = [p.pid for p in procs]
-            proc_shim.kill_run(run_id, term_first=False)
+        alive = carriers(run_id)
+        if alive:
+            left[run_id] = [p.pid for p in alive]
+            procs.kill_run(run_id, term_first=False)
     assert not left, f"processes left behind: {left}"
 
 
@@ -120,17 +118,17 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
                 "config_file", "mode", "gpus"):
         assert key in st, key
     assert st["mode"] == "rehearse" and st["gpus"] is None and st["output_dir"] == str(out.resolve())
-    assert (out / arl_common.PID_FILE).read_text().strip() == str(pid)
+    assert (out / common.PID_FILE).read_text().strip() == str(pid)
     assert f"pid {pid}" in proc.stdout and st["run_id"] in proc.stdout
     for command in (f"check_status.py --output-dir {out}", f"tail -f {out}/training.log",
                     f"stop_training.py --output-dir {out}"):
         assert command in proc.stdout
     assert (out / "checkpoints").is_dir() and (out / "logs").is_dir()
     main = psutil.Process(pid)
-    assert "main.py" in " ".join(main.cmdline()), "$! is not main.py's pid: setsid forked"
+    assert "agentic_rl.training_job" in " ".join(main.cmdline()), "$! is not the job's pid: setsid forked"
     assert os.getpgid(pid) == pid == os.getsid(pid) == st["pgid"]
-    assert proc_shim.identify(pid, st["proc_start_time"], st["run_id"]) == (True, "ok")
-    lock = str((out / arl_common.LOCK_FILE).resolve())
+    assert procs.identify(pid, st["proc_start_time"], st["run_id"]) == (True, "ok")
+    lock = str((out / common.LOCK_FILE).resolve())
     holds = [f.path for f in main.open_files()] + [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(
         f"/proc/{pid}/fd")]
     assert lock in holds and os.readlink(f"/proc/{pid}/fd/9") == lock, "main.py does not hold the lock on fd 9"
@@ -172,7 +170,7 @@ def test_training_without_gpus_flag_asks_check_gpu_and_stops_without_nvml(exampl
     out = tmp_path / "out"
     proc = start(example_task, out)  # no NVML on a CPU machine: check_gpu says so with exit 3
     assert proc.returncode == 3, proc.stderr
-    assert "Error:" in proc.stderr and not (out / arl_common.STATUS_FILE).exists()
+    assert "Error:" in proc.stderr and not (out / common.STATUS_FILE).exists()
 
 
 def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
@@ -183,7 +181,7 @@ def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
     runs.append(st["run_id"])
     assert st["gpus"] == [0] and st["mode"] == "train"
     assert "GPUs 0" in log_text(out)
-    wait_for(lambda: status(out).get("status") in arl_common.TERMINAL_STATES, "the train run to end", 90)
+    wait_for(lambda: status(out).get("status") in common.TERMINAL_STATES, "the train run to end", 90)
     # No trainer here (no torch): it fails before any service starts, with the extra to install.
     st = status(out)
     assert st["status"] == "failed" and st["failed_component"] == "trainer" and "agentic-rl[train]" in st["reason"]
@@ -208,7 +206,7 @@ def test_stop_during_a_long_rehearsal_ten_times(example_task, tmp_path, runs):
         final = status(out)
         assert final["status"] == "stopped" and final["end_time"], (i, final)
         assert carriers(run_id) == [], f"round {i}: processes carrying {run_id} are left"
-        assert not (out / arl_common.PID_FILE).exists()
+        assert not (out / common.PID_FILE).exists()
 
 
 # --------------------------------------------------------------------------- 4: --force
@@ -235,17 +233,17 @@ def test_force_kills_a_job_that_ignores_sigterm(tmp_path, example_task, runs):
                                           '>/dev/null 2>&1 & echo $!'],
                            env={**os.environ, "EVO_RUN_ID": run_id}, capture_output=True, text=True, check=True)
     pid = int(shell.stdout)
-    assert launch_state.main(["record", "--output-dir", str(out), "--pid", str(pid), "--run-id", run_id,
+    assert launcher.main(["record", "--output-dir", str(out), "--pid", str(pid), "--run-id", run_id,
                               "--input-dir", str(example_task), "--mode", "train"]) == 0
     wait_for(lambda: ready.exists() and ready.read_text(), "the stubborn job's children")
-    procs = {pid, *map(int, ready.read_text().split())}
-    assert {p.pid for p in carriers(run_id)} == procs
+    expected = {pid, *map(int, ready.read_text().split())}
+    assert {p.pid for p in carriers(run_id)} == expected
 
     soft = stop(out, "--timeout", "1", "--json")
     assert soft.returncode == 1
     report = json.loads(soft.stdout)["data"]
-    assert {row["pid"] for row in report["leftovers"]} == procs and "--force" in soft.stderr
-    assert all(psutil.pid_exists(p) for p in procs) and status(out)["status"] == "starting"
+    assert {row["pid"] for row in report["leftovers"]} == expected and "--force" in soft.stderr
+    assert all(psutil.pid_exists(p) for p in expected) and status(out)["status"] == "starting"
 
     hard = stop(out, "--force", "--json")
     assert hard.returncode == 0, hard.stderr
@@ -264,7 +262,7 @@ def test_kill_9_of_main_leaves_orphans_that_force_cleans_by_run_id(example_task,
     run_id, pid = st["run_id"], st["pid"]
     wait_for(lambda: setsid_agents(run_id, pid), "setsid'd agents")
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not proc_shim.identify(pid, st["proc_start_time"], run_id)[0], "main.py to die")
+    wait_for(lambda: not procs.identify(pid, st["proc_start_time"], run_id)[0], "main.py to die")
     orphans = carriers(run_id)
     assert orphans, "gateway, controller and agents should outlive a SIGKILLed main.py"
 
@@ -293,10 +291,10 @@ def test_kill_9_of_main_leaves_orphans_that_force_cleans_by_run_id(example_task,
 def test_ten_concurrent_starts_one_wins(example_task, tmp_path, runs):
     out = tmp_path / "out"
     env = {**os.environ, **SLOW}
-    procs = [subprocess.Popen(["bash", str(START), "--input-dir", str(example_task), "--output-dir", str(out),
+    starts = [subprocess.Popen(["bash", str(START), "--input-dir", str(example_task), "--output-dir", str(out),
                                "--rehearse"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(10)]
-    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in starts]
     st = status(out)
     runs.append(st["run_id"])
     codes = sorted(code for code, _out, _err in results)
@@ -323,10 +321,10 @@ def test_stale_pid_file_of_an_unrelated_sleep_is_never_signalled(example_task, t
     sleep = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         created = psutil.Process(sleep.pid).create_time()
-        arl_common.atomic_write_json(out / arl_common.STATUS_FILE, {
+        common.atomic_write_json(out / common.STATUS_FILE, {
             "status": "running", "pid": sleep.pid, "pgid": sleep.pid, "run_id": "run-old-000000",
             "proc_start_time": created - 1000 if case.startswith("pid reused") else created, "mode": "rehearse"})
-        (out / arl_common.PID_FILE).write_text(f"{sleep.pid}\n")
+        (out / common.PID_FILE).write_text(f"{sleep.pid}\n")
 
         if (SCRIPTS / "check_status.py").exists():
             checked = run_script("check_status.py", "--output-dir", str(out), "--json")
@@ -367,7 +365,7 @@ def test_resume_without_a_checkpoint_is_refused_before_anything_starts(example_t
     proc = start(example_task, out, "--resume", "--gpus", "0")
     assert proc.returncode == 1, proc.stderr
     assert "nothing to resume" in proc.stderr and says in proc.stderr and "Hint:" in proc.stderr
-    assert not (out / arl_common.STATUS_FILE).exists() and not (out / arl_common.LOG_FILE).exists()
+    assert not (out / common.STATUS_FILE).exists() and not (out / common.LOG_FILE).exists()
 
 
 def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
@@ -379,11 +377,11 @@ def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
 
 
 def test_resume_setting_follows_the_overrides():
-    assert launch_state.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
-    assert launch_state.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
-    assert launch_state.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
-    with pytest.raises(arl_common.UserError, match="n_gpus_per_node"):
-        launch_state.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
+    assert launcher.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
+    assert launcher.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
+    assert launcher.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
+    with pytest.raises(common.UserError, match="n_gpus_per_node"):
+        launcher.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
 
 
 # --------------------------------------------------------------------------- stop_training in-process
@@ -394,7 +392,7 @@ def test_stop_without_a_run_and_on_a_finished_run(tmp_path, capsys):
     out.mkdir()
     assert stop_training.main(["--output-dir", str(out)]) == 2
     assert "no run found" in capsys.readouterr().err
-    arl_common.atomic_write_json(out / arl_common.STATUS_FILE, {"status": "completed", "pid": 1, "run_id": "r-x",
+    common.atomic_write_json(out / common.STATUS_FILE, {"status": "completed", "pid": 1, "run_id": "r-x",
                                                                  "proc_start_time": 0})
     assert stop_training.main(["--output-dir", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["data"]
@@ -407,10 +405,10 @@ def test_launch_state_selected_reads_check_gpu_json(monkeypatch, capsys):
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"ok": True, "data": {"selected": [1, 3]}})))
-    assert launch_state.main(["selected"]) == 0
+    assert launcher.main(["selected"]) == 0
     assert capsys.readouterr().out.strip() == "1,3"
     monkeypatch.setattr(sys, "stdin", io.StringIO("not json"))
-    assert launch_state.main(["selected"]) == 1
+    assert launcher.main(["selected"]) == 1
 
 
 @pytest.mark.parametrize("gpu_holds_run_pid", [False, True])
@@ -423,7 +421,7 @@ def test_force_checks_the_runs_gpu_processes_through_nvml(tmp_path, monkeypatch,
     job = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": run_id}, start_new_session=True)
     other = subprocess.Popen(["sleep", "60"])  # an unrelated GPU user: never reported, never signalled
     try:
-        launch_state.main(["record", "--output-dir", str(out), "--pid", str(job.pid), "--run-id", run_id,
+        launcher.main(["record", "--output-dir", str(out), "--pid", str(job.pid), "--run-id", run_id,
                            "--input-dir", str(example_task), "--mode", "train"])
         on_gpu = [(other.pid, 1 << 30)] + [(job.pid, 1 << 30)] * gpu_holds_run_pid
         fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=on_gpu)]))

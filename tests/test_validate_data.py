@@ -10,10 +10,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import judge_probe
 import psutil
 import pytest
 import validate_data
+from agentic_rl import judge_probe
 from conftest import run_script
 from defect_cases import CASES, JUDGE_HEAD
 

@@ -1,8 +1,8 @@
-"""Parity of config_checks with VERL 0.8.0's own checks, and verl_shim's composition.
+"""Parity of config_checks with VERL 0.8.0's own checks, and verl_config's composition.
 
 Every case goes through config_checks.check_config here and, in ONE .venv-verl subprocess
 (tests/verl_parity_probe.py: `import verl` costs ~8 s, each config ~0.4 s), through
-verl_shim.compose_config + run_verl_validate: the TaskRunner add_* methods, validate_config and
+verl_config.compose_config + run_verl_validate: the TaskRunner add_* methods, validate_config and
 the rollout dataclass, as Agent Lightning's entrypoint runs them. For the rules validate_config
 checks, both must agree on pass/fail and our message must name the keys VERL's names. For the
 rules VERL checks only later (after model load, at the first update, at fit()), VERL's
@@ -17,9 +17,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import config_checks
 import pytest
-import verl_shim
+from agentic_rl import config_checks
+from agentic_rl.edge import verl_config
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
@@ -182,18 +182,18 @@ def test_parity_with_verl(case, verl_results):
 
 
 
-# --------------------------------------------------------------------------- verl_shim composition (.venv)
+# --------------------------------------------------------------------------- verl_config composition (.venv)
 
 
 def needs_verl_configs():
-    if verl_shim.find_verl_config_dir() is None:
+    if verl_config.find_verl_config_dir() is None:
         pytest.skip(".venv-verl is missing: `make test` (or `make verl-venv`) builds it")
 
 
 def test_compose_merges_user_cfg_then_typed_overrides_many_times():
     needs_verl_configs()
     for epochs in (1, 2, 3):  # GlobalHydra is cleared: compose runs again and again in one process
-        cfg, info = verl_shim.compose_config(EXAMPLE_CFG, [f"trainer.total_epochs={epochs}",
+        cfg, info = verl_config.compose_config(EXAMPLE_CFG, [f"trainer.total_epochs={epochs}",
                                                            "trainer.logger=[console,file]", "+extra.flag=true",
                                                            "~trainer.val_before_train"])
         assert cfg.trainer.total_epochs == epochs and list(cfg.trainer.logger) == ["console", "file"]
@@ -208,7 +208,7 @@ def test_compose_merges_user_cfg_then_typed_overrides_many_times():
 def test_compose_is_struct_off_so_a_typo_passes_silently():
     """The reason config_checks exists: Agent Lightning's merge keeps a misspelled key without a word."""
     needs_verl_configs()
-    cfg, _ = verl_shim.compose_config({"data": {"trian_batch_size": 8}})
+    cfg, _ = verl_config.compose_config({"data": {"trian_batch_size": 8}})
     assert cfg.data.trian_batch_size == 8 and cfg.data.train_batch_size == 1024
     assert any(c.status == "fail" and "did you mean 'data.train_batch_size'" in c.message
                for c in config_checks.check_config({"data": {"trian_batch_size": 8}}))
@@ -221,18 +221,18 @@ def test_compose_after_a_foreign_hydra_initialisation():
 
     initialize_config_dir(config_dir=str(ROOT / "assets"), version_base=None)
     try:
-        cfg, _ = verl_shim.compose_config({})
+        cfg, _ = verl_config.compose_config({})
     finally:
         GlobalHydra.instance().clear()
     assert cfg.trainer.n_gpus_per_node == 8
 
 
 def test_compose_without_verl_configs_says_so(monkeypatch, tmp_path):
-    monkeypatch.setattr(verl_shim, "BUNDLE_DIR", tmp_path)  # no .venv-verl there
-    monkeypatch.delenv(verl_shim.VERL_CONFIG_ENV, raising=False)
-    monkeypatch.setenv(verl_shim.AGL_CONFIG_ENV, str(verl_shim.find_agl_config() or "missing"))
-    assert verl_shim.find_verl_config_dir() is None
-    cfg, info = verl_shim.compose_config({"data": {"train_batch_size": 8}}, ["trainer.total_epochs=2"])
+    monkeypatch.setattr(verl_config, "BUNDLE_DIR", tmp_path)  # no .venv-verl there
+    monkeypatch.delenv(verl_config.VERL_CONFIG_ENV, raising=False)
+    monkeypatch.setenv(verl_config.AGL_CONFIG_ENV, str(verl_config.find_agl_config() or "missing"))
+    assert verl_config.find_verl_config_dir() is None
+    cfg, info = verl_config.compose_config({"data": {"train_batch_size": 8}}, ["trainer.total_epochs=2"])
     assert info["verl_defaults_merged"] is False and info["verl_config_dir"] is None
     assert cfg.data.train_batch_size == 8 and cfg.trainer.total_epochs == 2
     assert cfg.agentlightning.rollout_timeout_seconds == 1800 and "critic" not in cfg  # no ppo_trainer defaults
@@ -240,18 +240,18 @@ def test_compose_without_verl_configs_says_so(monkeypatch, tmp_path):
 
 def test_verl_config_dir_from_env_and_bad_dir(monkeypatch, tmp_path):
     needs_verl_configs()
-    real = verl_shim.find_verl_config_dir()
-    monkeypatch.setattr(verl_shim, "BUNDLE_DIR", tmp_path)
-    monkeypatch.setenv(verl_shim.VERL_CONFIG_ENV, str(real))
-    assert verl_shim.find_verl_config_dir() == real
+    real = verl_config.find_verl_config_dir()
+    monkeypatch.setattr(verl_config, "BUNDLE_DIR", tmp_path)
+    monkeypatch.setenv(verl_config.VERL_CONFIG_ENV, str(real))
+    assert verl_config.find_verl_config_dir() == real
     with pytest.raises(FileNotFoundError, match="ppo_trainer.yaml"):
-        verl_shim.compose_config({}, verl_config_dir=tmp_path)
+        verl_config.compose_config({}, verl_config_dir=tmp_path)
 
 
 def test_no_agl_config_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(verl_shim, "find_agl_config", lambda: None)
+    monkeypatch.setattr(verl_config, "find_agl_config", lambda: None)
     with pytest.raises(FileNotFoundError, match="ARL_AGL_CONFIG"):
-        verl_shim.compose_config({})
+        verl_config.compose_config({})
 
 
 def test_run_verl_validate_needs_verl():
@@ -260,30 +260,30 @@ def test_run_verl_validate_needs_verl():
     if importlib.util.find_spec("verl") is not None:
         pytest.skip("verl is importable here (a GPU machine): the parity test covers it")
     with pytest.raises(ImportError):
-        verl_shim.run_verl_validate({})
+        verl_config.run_verl_validate({})
 
 
 def test_shipped_defaults_match_a_fresh_composition():
-    """scripts/schemas/verl_defaults.json is what tools/gen_verl_defaults.py would write now."""
+    """scripts/agentic_rl/schemas/verl_defaults.json is what tools/gen_verl_defaults.py would write now."""
     needs_verl_configs()
     from omegaconf import OmegaConf
 
-    cfg, _ = verl_shim.compose_config({})
+    cfg, _ = verl_config.compose_config({})
     assert OmegaConf.to_container(cfg, resolve=False) == config_checks.defaults()
 
 
 def test_sweep_override_is_refused():
     needs_verl_configs()
     with pytest.raises(ValueError, match="sweep"):
-        verl_shim.compose_config({}, ["trainer.total_epochs=1,2"])
+        verl_config.compose_config({}, ["trainer.total_epochs=1,2"])
 
 
 def test_merge_overrides_lets_config_checks_see_override_typos():
     import doctest
 
     needs_verl_configs()  # the module's doctest composes with VERL's defaults
-    assert doctest.testmod(verl_shim).failed == 0
-    merged = verl_shim.merge_overrides(EXAMPLE_CFG, ["trainer.n_gpus_per_node=3", "+trainer.totl_epochs=2"])
+    assert doctest.testmod(verl_config).failed == 0
+    merged = verl_config.merge_overrides(EXAMPLE_CFG, ["trainer.n_gpus_per_node=3", "+trainer.totl_epochs=2"])
     assert EXAMPLE_CFG["trainer"]["n_gpus_per_node"] == 1  # the input is not modified
     fails = {c.name: c for c in config_checks.check_config(merged) if c.status == "fail"}
     assert "batch-divisible" in fails and "did you mean 'trainer.total_epochs'" in fails["unknown-key"].message

@@ -1,9 +1,9 @@
 """Run configs through VERL 0.8.0's own checks; the parity test runs this with .venv-verl/bin/python.
 
 Reads a JSON list of cases `{"id", "cfg", "overrides"?, "gpus"?}` from the file named by argv[1],
-composes each with verl_shim.compose_config (Agent Lightning's config.yaml over VERL's
+composes each with verl_config.compose_config (Agent Lightning's config.yaml over VERL's
 ppo_trainer.yaml, struct off), applies `gpus` as trainer.n_gpus_per_node, and runs
-verl_shim.run_verl_validate (TaskRunner add_* methods, validate_config, rollout dataclass) in this
+verl_config.run_verl_validate (TaskRunner add_* methods, validate_config, rollout dataclass) in this
 one process, since `import verl` costs ~8 s and each extra config ~0.4 s. Writes
 `[{"id", "errors": [...]}]` as JSON to argv[2].
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import verl_shim  # noqa: E402
+from agentic_rl.edge import verl_config  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -29,11 +29,11 @@ def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")
     results = []
     for case in cases:
-        cfg, info = verl_shim.compose_config(case["cfg"], case.get("overrides", []))
+        cfg, info = verl_config.compose_config(case["cfg"], case.get("overrides", []))
         assert info["verl_defaults_merged"], info
         if case.get("gpus") is not None:
             cfg.trainer.n_gpus_per_node = case["gpus"]
-        results.append({"id": case["id"], "errors": verl_shim.run_verl_validate(cfg)})
+        results.append({"id": case["id"], "errors": verl_config.run_verl_validate(cfg)})
     Path(argv[2]).write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
 

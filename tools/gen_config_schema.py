@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate scripts/schemas/config.schema.json (JSON Schema 2020-12 for config.json).
+"""Regenerate scripts/agentic_rl/schemas/config.schema.json (JSON Schema 2020-12 for config.json).
 
 Types and ranges of the common keys are written out here by hand (from VERL 0.8.0's dataclasses
 and Agent Lightning 1.0.2's config.yaml); every known section must be an object. Enums and

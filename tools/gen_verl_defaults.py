@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Regenerate scripts/schemas/verl_defaults.json: the composed default config (key tree + values).
+"""Regenerate scripts/agentic_rl/schemas/verl_defaults.json: the composed default config (key tree + values).
 
 It is Agent Lightning 1.0.2's verl/config.yaml composed over VERL 0.8.0's ppo_trainer.yaml, exactly
-as verl_shim.compose_config does with an empty config.json, stored unresolved (interpolations stay
+as verl_config.compose_config does with an empty config.json, stored unresolved (interpolations stay
 `${...}` strings; config_checks.effective resolves them against the user's values). config_checks
 reads it for defaults and for the did-you-mean key names, so it needs neither Hydra nor verl.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 BUNDLE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BUNDLE / "scripts"))
 
-import verl_shim  # noqa: E402
+from agentic_rl.edge import verl_config  # noqa: E402
 
 OUT = BUNDLE / "scripts" / "schemas" / "verl_defaults.json"
 
@@ -26,7 +26,7 @@ OUT = BUNDLE / "scripts" / "schemas" / "verl_defaults.json"
 def main() -> int:
     from omegaconf import OmegaConf
 
-    cfg, info = verl_shim.compose_config({}, [])
+    cfg, info = verl_config.compose_config({}, [])
     if not info["verl_defaults_merged"]:
         print("Error: VERL's config files not found", file=sys.stderr)
         print("Hint: build .venv-verl (tools/build_verl_venv.sh) or set ARL_VERL_CONFIG_DIR", file=sys.stderr)

@@ -1,9 +1,9 @@
 """Progress, latest metrics, health flags and the stall watchdog of a run, from its own files.
 
-The history comes from metrics_history (one file per attempt, read as one). Thresholds and
+The history comes from metrics_reader (one file per attempt, read as one). Thresholds and
 their reasons: references/metrics.md.
 
-    >>> from run_metrics import flags
+    >>> from agentic_rl.run_health import flags
     >>> flags([{"step": 1, "data": {"actor/grad_norm": float("nan")}}])[0]["flag"]
     'nan'
 """
@@ -14,7 +14,7 @@ import re
 import statistics
 import time
 
-from metrics_history import (
+from agentic_rl.metrics_reader import (
     DROPPED_PREFIX,
     KEYS,
     N_COLLECTED,

@@ -2,13 +2,13 @@
 """start_training.sh's Python side: is a run live, may it resume, how many GPUs, record the launch.
 
 Usage (start_training.sh calls these; they are plain enough to run by hand):
-    launch_state.py prepare --output-dir O --input-dir D [--config-file F] [--resume] [-- OVERRIDES]
-    launch_state.py locked --output-dir O
-    launch_state.py selected                 # reads check_gpu.py --json on stdin
-    launch_state.py record --output-dir O --pid P --run-id R --input-dir D --mode M [--config-file F] [--gpus 0,1]
-    launch_state.py wait --output-dir O --pid P [--seconds 3]
+    launcher.py prepare --output-dir O --input-dir D [--config-file F] [--resume] [-- OVERRIDES]
+    launcher.py locked --output-dir O
+    launcher.py selected                 # reads check_gpu.py --json on stdin
+    launcher.py record --output-dir O --pid P --run-id R --input-dir D --mode M [--config-file F] [--gpus 0,1]
+    launcher.py wait --output-dir O --pid P [--seconds 3]
 
-    $ python scripts/launch_state.py prepare --output-dir /tmp/out --input-dir assets/example
+    $ python scripts/agentic_rl/launcher.py prepare --output-dir /tmp/out --input-dir assets/example
     run-20250101-120000-ab12cd 1
 
 `prepare` prints "RUN_ID N_GPUS" and exits 4 when a live run holds O (a pid proved by pid + start
@@ -24,22 +24,22 @@ import sys
 import time
 from pathlib import Path
 
-import arl_common
-import proc_shim
-from arl_common import EXIT_CONFLICT, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl import common
+from agentic_rl.common import EXIT_CONFLICT, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl.edge import procs
 
 GPU_KEY = "trainer.n_gpus_per_node"
 
 
 def assess(output_dir: Path) -> dict:
     """What training.status in O says, and what is really alive: the proved pid and the run-id carriers."""
-    st = arl_common.read_status(output_dir)
+    st = common.read_status(output_dir)
     if st is None:
         return {"found": False, "alive": False, "carriers": [], "status": None, "pid": None, "run_id": None}
     pid, run_id = st.get("pid"), st.get("run_id")
-    alive, why = proc_shim.identify(pid, st.get("proc_start_time"), run_id)
+    alive, why = procs.identify(pid, st.get("proc_start_time"), run_id)
     skip = {os.getpid(), os.getppid(), *([pid] if alive else [])}
-    carriers = [p.pid for p in proc_shim.find_run_processes(run_id, skip)] if run_id else []
+    carriers = [p.pid for p in procs.find_run_processes(run_id, skip)] if run_id else []
     return {"found": True, "alive": alive, "why": why, "carriers": carriers, "status": st.get("status"),
             "pid": pid, "pgid": st.get("pgid"), "run_id": run_id, "record": st}
 
@@ -55,10 +55,10 @@ def refuse_live(output_dir: Path) -> None:
         raise UserError(f"run {state['run_id']} in {output_dir} lost its main process ({state['why']}) but "
                         f"processes carrying it are alive: pids {state['carriers']}",
                         f"clean them up first: {stop} --force", EXIT_CONFLICT)
-    if state["found"] and state["status"] not in arl_common.TERMINAL_STATES:
-        arl_common.print_warning(f"stale {arl_common.STATUS_FILE} (status {state['status']}): {state['why']}; "
+    if state["found"] and state["status"] not in common.TERMINAL_STATES:
+        common.print_warning(f"stale {common.STATUS_FILE} (status {state['status']}): {state['why']}; "
                                  "starting a new run")
-    pid_file = output_dir / arl_common.PID_FILE
+    pid_file = output_dir / common.PID_FILE
     if pid_file.exists():
         pid_file.unlink()  # stale: no live process proved it, and we hold the lock
 
@@ -77,11 +77,11 @@ def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, di
     path = Path(config_file).expanduser().resolve() if config_file else input_dir / "config.json"
     if not path.is_file():
         if config_file:
-            raise UserError(f"config file {path} does not exist", "check --config-file", arl_common.EXIT_ENV)
+            raise UserError(f"config file {path} does not exist", "check --config-file", common.EXIT_ENV)
         return path, {}
-    cfg = arl_common.read_json_file(path)
+    cfg = common.read_json_file(path)
     if not isinstance(cfg, dict):
-        raise UserError(f"{path}: must be a JSON object", arl_common.TASK_FILES["config.json"])
+        raise UserError(f"{path}: must be a JSON object", common.TASK_FILES["config.json"])
     return path, cfg
 
 
@@ -98,7 +98,7 @@ def _override(overrides: list[str], key: str) -> str | None:
 def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
     """The value a run will use: the last `--` override, else config_checks.effective (the user's value,
     else Agent Lightning's or VERL 0.8.0's default)."""
-    import config_checks
+    from agentic_rl import config_checks
 
     raw = _override(overrides, dotted)
     return raw if raw is not None else config_checks.effective(cfg, dotted)
@@ -117,10 +117,10 @@ def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
 
 def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path) -> None:
     """Exit 1 before anything starts when --resume finds no checkpoint (main.py checks the same again)."""
-    import launch_config
+    from agentic_rl import job_config
 
-    ckpt = output_dir / arl_common.CHECKPOINTS_DIR
-    if launch_config.latest_checkpoint(ckpt) is not None:
+    ckpt = output_dir / common.CHECKPOINTS_DIR
+    if job_config.latest_checkpoint(ckpt) is not None:
         return
     save_freq = setting(cfg, overrides, "trainer.save_freq")
     given = _override(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
@@ -128,23 +128,23 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
     cause = (f"{where}trainer.save_freq was {save_freq}{'' if given else ' (the default)'}, so the earlier run "
              "never saved one" if str(save_freq).strip() in ("-1", "0")
              else "no earlier run saved one in this output folder")
-    raise UserError(f"nothing to resume: no checkpoint in {ckpt} ({launch_config.TRACKER} and its global_step_N "
+    raise UserError(f"nothing to resume: no checkpoint in {ckpt} ({job_config.TRACKER} and its global_step_N "
                     f"folder); {cause}",
                     "start a fresh run without --resume (set trainer.save_freq > 0 to get checkpoints), or pass "
                     "the --output-dir of the run that saved them", EXIT_FAIL)
 
 
 def cmd_prepare(args, overrides: list[str]) -> int:
-    import launch_config
+    from agentic_rl import job_config
 
     out = Path(args.output_dir).resolve()
     refuse_live(out)
-    input_dir = arl_common.resolve_input_dir(args.input_dir)
+    input_dir = common.resolve_input_dir(args.input_dir)
     source, cfg = load_user_config(input_dir, args.config_file)
     if args.resume:
         check_resume(out, cfg, overrides, source)
     n = 0 if args.rehearse else gpus_needed(cfg, overrides, source.name)
-    print(launch_config.new_run_id(), n)
+    print(job_config.new_run_id(), n)
     return EXIT_OK
 
 
@@ -178,10 +178,10 @@ def cmd_record(args, _overrides) -> int:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         pgid = pid
-    arl_common.atomic_write_text(out / arl_common.PID_FILE, f"{pid}\n")
-    arl_common.atomic_write_json(out / arl_common.STATUS_FILE, {
-        "status": "starting", "start_time": arl_common.now_iso(), "pid": pid, "pgid": pgid,
-        "proc_start_time": proc_shim.process_start_time(pid), "run_id": args.run_id,
+    common.atomic_write_text(out / common.PID_FILE, f"{pid}\n")
+    common.atomic_write_json(out / common.STATUS_FILE, {
+        "status": "starting", "start_time": common.now_iso(), "pid": pid, "pgid": pgid,
+        "proc_start_time": procs.process_start_time(pid), "run_id": args.run_id,
         "input_dir": str(Path(args.input_dir).resolve()), "output_dir": str(out),
         "config_file": str(Path(args.config_file).resolve()) if args.config_file else None, "mode": args.mode,
         "gpus": [int(g) for g in args.gpus.split(",")] if args.gpus else None})
@@ -195,7 +195,7 @@ def cmd_wait(args, _overrides) -> int:
     out = Path(args.output_dir).resolve()
     deadline = time.monotonic() + args.seconds
     while True:
-        st = arl_common.read_status(out) or {}
+        st = common.read_status(out) or {}
         # The job is the calling shell's unreaped child, so its pid cannot have been reused yet.
         try:
             alive = psutil.Process(args.pid).status() != psutil.STATUS_ZOMBIE
@@ -208,9 +208,9 @@ def cmd_wait(args, _overrides) -> int:
         time.sleep(0.2)
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(prog="launch_state.py", description=__doc__.split("\n\n")[0],
-                                       epilog="example:\n  python scripts/launch_state.py prepare --output-dir "
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(prog="launcher.py", description=__doc__.split("\n\n")[0],
+                                       epilog="example:\n  python scripts/agentic_rl/launcher.py prepare --output-dir "
                                               "/tmp/out --input-dir assets/example --rehearse")
     sub = parser.add_subparsers(dest="cmd", required=True)
     prep = sub.add_parser("prepare", help="refuse a live run / a resume without checkpoint; print RUN_ID N_GPUS")
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     commands = {"prepare": cmd_prepare, "locked": cmd_locked, "selected": cmd_selected, "record": cmd_record,
                 "wait": cmd_wait}
-    return arl_common.run_cli(lambda args: commands[args.cmd](args, overrides), build_parser(), argv)
+    return common.run_cli(lambda args: commands[args.cmd](args, overrides), build_parser(), argv)
 
 
 if __name__ == "__main__":

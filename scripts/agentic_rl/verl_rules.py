@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from arl_common import Check
-from config_checks import MISSING, effective
+from agentic_rl.common import Check
+from agentic_rl.config_checks import MISSING, effective
 
 ARR = "actor_rollout_ref"
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")

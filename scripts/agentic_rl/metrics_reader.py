@@ -4,7 +4,7 @@ Each attempt writes O/metrics/attempt-NNNN.jsonl (VERL truncates its file on eve
 attempt wins for a step it repeats. Lines are `{"step": N, "data": {...}}`; the step comes from
 `step` (Agent Lightning's loop logs no training/global_step). Both key families are read.
 
-    >>> from metrics_history import History, series
+    >>> from agentic_rl.metrics_reader import History, series
     >>> series(History([{"step": 1, "data": {"critic/score/mean": 0.5}}]), "reward")
     [(1, 0.5)]
 """
@@ -17,7 +17,7 @@ import math
 import re
 from pathlib import Path
 
-import arl_common
+from agentic_rl import common
 
 # Both key families (stock VERL, Agent Lightning's loop); where a step has both, the first named wins.
 KEYS = {
@@ -47,7 +47,7 @@ def attempt_files(output_dir: Path) -> list[Path]:
     numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / "metrics").glob("attempt-*.jsonl")
                 if (m := ATTEMPT_NAME.fullmatch(p.name))]
     files = [p for _, p in sorted(numbered)]
-    legacy = Path(output_dir) / arl_common.METRICS_FILE
+    legacy = Path(output_dir) / common.METRICS_FILE
     if legacy.is_file() and not legacy.is_symlink():
         files.insert(0, legacy)
     return files

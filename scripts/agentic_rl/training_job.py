@@ -30,14 +30,12 @@ import threading
 import time
 from pathlib import Path
 
-import agl_shim
-import arl_common
-import launch_config
-import rehearsal
-from arl_common import UserError
+from agentic_rl import common, job_config, rehearsal
+from agentic_rl.common import UserError
+from agentic_rl.edge import agl
 
 STATUS_WAIT_S = 10.0
-Failure = launch_config.Failure
+Failure = job_config.Failure
 
 
 class Interrupted(BaseException):
@@ -54,7 +52,7 @@ def log(message: str) -> None:
 
 def hold_lock(output_dir: Path) -> bool:
     """Keep O/training.lock for our whole life. True when start_training.sh handed it over on fd 9."""
-    lock_path = output_dir / arl_common.LOCK_FILE
+    lock_path = output_dir / common.LOCK_FILE
     try:
         if os.path.samestat(os.fstat(9), os.stat(lock_path)):
             return True
@@ -65,46 +63,46 @@ def hold_lock(output_dir: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        st = arl_common.read_status(output_dir) or {}
+        st = common.read_status(output_dir) or {}
         raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
-                        "stop it with stop_training.py, or use another --output-dir", arl_common.EXIT_CONFLICT) from None
+                        "stop it with stop_training.py, or use another --output-dir", common.EXIT_CONFLICT) from None
     return False
 
 
 def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
     """Wait for start_training.sh's status (pid == ours), else write our own; then add our fields."""
-    import proc_shim
+    from agentic_rl.edge import procs
 
     deadline = time.monotonic() + (STATUS_WAIT_S if handed_over else 0)
-    while (arl_common.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
+    while (common.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
         time.sleep(0.1)
-    if (arl_common.read_status(output_dir) or {}).get("pid") != os.getpid():
-        arl_common.atomic_write_json(output_dir / arl_common.STATUS_FILE, {
-            "status": "starting", "start_time": arl_common.now_iso(), "pid": os.getpid(),
-            "pgid": os.getpgid(0), "proc_start_time": proc_shim.process_start_time(os.getpid())})
-        arl_common.atomic_write_text(output_dir / arl_common.PID_FILE, f"{os.getpid()}\n")
+    if (common.read_status(output_dir) or {}).get("pid") != os.getpid():
+        common.atomic_write_json(output_dir / common.STATUS_FILE, {
+            "status": "starting", "start_time": common.now_iso(), "pid": os.getpid(),
+            "pgid": os.getpgid(0), "proc_start_time": procs.process_start_time(os.getpid())})
+        common.atomic_write_text(output_dir / common.PID_FILE, f"{os.getpid()}\n")
     # Not update_status(**fields): "output_dir" is both its parameter and a status field.
-    arl_common.atomic_write_json(output_dir / arl_common.STATUS_FILE, {**(arl_common.read_status(output_dir) or {}),
+    common.atomic_write_json(output_dir / common.STATUS_FILE, {**(common.read_status(output_dir) or {}),
                                                                       **fields})
 
 
 class Run:
     def __init__(self, args, overrides: list[str]):
         self.args, self.overrides = args, overrides
-        self.input_dir = arl_common.resolve_input_dir(args.input_dir)
-        self.output_dir = arl_common.resolve_output_dir(args.output_dir, self.input_dir)
-        self.run_id = args.run_id or os.environ.get(arl_common.RUN_ID_ENV) or launch_config.new_run_id()
-        os.environ[arl_common.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
+        self.input_dir = common.resolve_input_dir(args.input_dir)
+        self.output_dir = common.resolve_output_dir(args.output_dir, self.input_dir)
+        self.run_id = args.run_id or os.environ.get(common.RUN_ID_ENV) or job_config.new_run_id()
+        os.environ[common.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
         self.mode = "rehearse" if args.rehearse else "train"
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
-        self.key = agl_shim.new_key()
+        self.key = agl.new_key()
         self.gateway = self.controller = self.oracle = None
         self.ray_started = False
         self.stopping = False
         self.service_failure: Failure | None = None
 
     def status(self, **fields) -> None:
-        arl_common.update_status(self.output_dir, **fields)
+        common.update_status(self.output_dir, **fields)
 
     # -- signals and the watchdog
 
@@ -129,8 +127,8 @@ class Run:
     def execute(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, self._on_signal)
-        sys.stdout = agl_shim.RedactingStream(sys.stdout, self.key)
-        sys.stderr = agl_shim.RedactingStream(sys.stderr, self.key)
+        sys.stdout = agl.RedactingStream(sys.stdout, self.key)
+        sys.stderr = agl.RedactingStream(sys.stderr, self.key)
         outcome: BaseException | None = None
         try:
             self.prepare_and_run()
@@ -144,8 +142,8 @@ class Run:
             log(f"failed ({final['failed_component']}): {final['reason']}")
         else:
             log(final["status"])
-        self.status(**final, exit_code=code, end_time=arl_common.now_iso(), leftovers=leftovers)
-        pid_file = self.output_dir / arl_common.PID_FILE
+        self.status(**final, exit_code=code, end_time=common.now_iso(), leftovers=leftovers)
+        pid_file = self.output_dir / common.PID_FILE
         if pid_file.is_file() and pid_file.read_text().strip() == str(os.getpid()):
             pid_file.unlink()
         return code
@@ -159,29 +157,29 @@ class Run:
         if isinstance(exc, Interrupted):
             exc = self.service_failure
         if isinstance(exc, UserError):
-            arl_common.print_error(exc.message, exc.hint)
+            common.print_error(exc.message, exc.hint)
             exc = Failure("preflight", exc.message, exc.code)
         if not isinstance(exc, Failure):
             import traceback
 
             traceback.print_exception(exc)
             component = "trainer" if self.mode == "train" else "rehearsal"
-            exc = Failure(component, launch_config.classify_failure(
-                f"{launch_config.log_tail(self.output_dir)}\n{exc!r}"))
+            exc = Failure(component, job_config.classify_failure(
+                f"{job_config.log_tail(self.output_dir)}\n{exc!r}"))
         return exc.code, {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
 
     def start_services(self, plan) -> None:
         import importlib.util
 
         if importlib.util.find_spec("agentlightning") is None:
-            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", arl_common.EXIT_ENV)
-        env = agl_shim.service_env(self.run_id, self.key, plan.agent_env)
+            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", common.EXIT_ENV)
+        env = agl.service_env(self.run_id, self.key, plan.agent_env)
         for name in ("gateway", "controller"):
             try:
                 if name == "gateway":
-                    self.gateway = agl_shim.start_gateway(self.output_dir / "logs", plan.model, env)
+                    self.gateway = agl.start_gateway(self.output_dir / "logs", plan.model, env)
                 else:
-                    self.controller = agl_shim.start_controller(self.output_dir / "logs", self.gateway, plan.tuning,
+                    self.controller = agl.start_controller(self.output_dir / "logs", self.gateway, plan.tuning,
                                                                 env)
             except UserError as exc:
                 raise Failure(name, exc.message) from None
@@ -192,12 +190,12 @@ class Run:
         checks = validate_data.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
         failed = [c for c in checks if c.status == "fail"]
         for c in failed:
-            arl_common.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+            common.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
         if failed:
             c = failed[0]
             raise Failure("preflight", f"{c.where + ': ' if c.where else ''}{c.message}")
-        train_rows, test_rows = launch_config.load_rows(self.input_dir)
-        plan = launch_config.build(self, train_rows, test_rows)
+        train_rows, test_rows = job_config.load_rows(self.input_dir)
+        plan = job_config.build(self, train_rows, test_rows)
         cfg = plan.cfg
         self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
         log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
@@ -206,7 +204,7 @@ class Run:
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
-        launch_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
+        job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
         cfg.agentlightning.agl_key = self.key
         self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
                     controller_tuning=plan.tuning)
@@ -226,9 +224,9 @@ class Run:
             self.oracle = rehearsal.OracleServer(rehearsal.oracle_answers(test_rows + sample, template),
                                                  rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
-        manager = agl_shim.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
+        manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
         try:
-            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, launch_config.wrap_row)
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_row)
         except OSError as exc:
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
@@ -245,28 +243,28 @@ class Run:
     @staticmethod
     def import_trainer():
         try:
-            return agl_shim.trainer_entrypoint()
+            return agl.trainer_entrypoint()
         except ImportError as exc:
             raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the train extra on a GPU "
-                                     "machine: pip install 'agentic-rl[train]')", arl_common.EXIT_ENV) from None
+                                     "machine: pip install 'agentic-rl[train]')", common.EXIT_ENV) from None
 
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
         self.status(ray_started_by_run=self.ray_started)
-        wrap = launch_config.wrap_row
+        wrap = job_config.wrap_row
         try:
             run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
         except Exception as exc:
-            raise Failure("trainer", launch_config.classify_failure(
-                f"{launch_config.log_tail(self.output_dir)}\n{exc!r}")) from None
-        if plan.resumed_from is not None and not launch_config.trained_past(plan.metrics_file, plan.resumed_from):
+            raise Failure("trainer", job_config.classify_failure(
+                f"{job_config.log_tail(self.output_dir)}\n{exc!r}")) from None
+        if plan.resumed_from is not None and not job_config.trained_past(plan.metrics_file, plan.resumed_from):
             raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
                                      "total_training_steps already done?)")
 
     def shutdown(self) -> list[int]:
-        import proc_shim
+        from agentic_rl.edge import procs
 
-        agl_shim.stop_service(self.controller, agl_shim.CONTROLLER_STOP_S)
+        agl.stop_service(self.controller, agl.CONTROLLER_STOP_S)
         if self.ray_started and "ray" in sys.modules:
             try:
                 import ray
@@ -275,17 +273,17 @@ class Run:
                     ray.shutdown()  # stops the local cluster ray.init started; never a host-wide `ray stop`
             except Exception as exc:
                 log(f"ray.shutdown failed: {exc!r}")
-        agl_shim.stop_service(self.gateway, agl_shim.GATEWAY_STOP_S)
+        agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
-        left = proc_shim.kill_run(self.run_id, exclude_pids=[os.getpid()])
+        left = procs.kill_run(self.run_id, exclude_pids=[os.getpid()])
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
         return left
 
 
-def build_parser() -> arl_common.ArgumentParser:
-    parser = arl_common.ArgumentParser(
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(
         prog="main.py", description="The training job start_training.sh runs in the background.",
         epilog="example:\n  python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse\n"
                "  python scripts/main.py --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
@@ -298,7 +296,7 @@ def build_parser() -> arl_common.ArgumentParser:
     parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
-    arl_common.add_common_flags(parser, json_flag=False)
+    common.add_common_flags(parser, json_flag=False)
     return parser
 
 
@@ -311,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> int:
         if args.gpus and not all(g.strip().isdigit() for g in args.gpus.split(",")):
             raise UserError(f"--gpus {args.gpus!r} is not a list of GPU indices", "write e.g. --gpus 0,1",
-                            arl_common.EXIT_USAGE)
+                            common.EXIT_USAGE)
         if args.model_endpoint and not args.rehearse:
-            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", arl_common.EXIT_USAGE)
+            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", common.EXIT_USAGE)
         if args.sample < 0:
-            raise UserError("--sample must be >= 0", "e.g. --sample 16", arl_common.EXIT_USAGE)
+            raise UserError("--sample must be >= 0", "e.g. --sample 16", common.EXIT_USAGE)
         run = Run(args, overrides)
         run.output_dir.mkdir(parents=True, exist_ok=True)
         handed_over = hold_lock(run.output_dir)
@@ -325,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             "pgid": os.getpgid(0)})
         return run.execute()
 
-    return arl_common.run_cli(body, parser, argv)
+    return common.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import arl_common
+from agentic_rl import common
 
 REHEARSAL_FILE = "rehearsal.json"
 # Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
@@ -109,7 +109,7 @@ def oracle_answers(rows: list[dict], template: str) -> dict[str, str]:
     """Rendered prompt -> ground truth text. Two rows with one prompt: the first one's answer wins."""
     answers: dict[str, str] = {}
     for row in rows:
-        answers.setdefault(arl_common.render_template(template, row), arl_common.response_text(row.get("ground_truth")))
+        answers.setdefault(common.render_template(template, row), common.response_text(row.get("ground_truth")))
     return answers
 
 
@@ -177,7 +177,7 @@ def report(results: list[dict], timings: dict, extra: dict) -> dict:
 
 
 def metrics_lines(rep: dict) -> list[dict]:
-    """The rehearsal in VERL's file-logger format, so check_status and run_metrics read it like a run."""
+    """The rehearsal in VERL's file-logger format, so check_status and run_health read it like a run."""
     lines = []
     test, train = rep["splits"].get("test"), rep["splits"].get("train")
     if test:
@@ -194,7 +194,7 @@ def metrics_lines(rep: dict) -> list[dict]:
 
 
 def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
-    arl_common.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
+    common.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
     with open(metrics_file, "a", encoding="utf-8") as fh:
         for line in metrics_lines(rep):
             fh.write(json.dumps(line) + "\n")

@@ -5,7 +5,7 @@ EVO_RUN_ID=<run_id> in its environment. Nothing here signals a process that fail
 and nothing matches processes by name.
 
     >>> import os
-    >>> from proc_shim import process_start_time
+    >>> from agentic_rl.edge.procs import process_start_time
     >>> process_start_time(os.getpid()) > 0
     True
 """

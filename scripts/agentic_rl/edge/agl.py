@@ -7,7 +7,7 @@ port picked just before the start. The run's key travels only in the environment
 (ARL_AGL_KEY) and reaches Hydra as `key=${oc.env:ARL_AGL_KEY}`, so it is in no command line,
 log or Hydra file.
 
-    >>> from agl_shim import controller_tuning
+    >>> from agentic_rl.edge.agl import controller_tuning
     >>> controller_tuning(rollouts_per_step=64, cpus=2, rehearse=True)
     {'maximum_size': 4, 'poll_interval': 0.5}
 """
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import arl_common
-from arl_common import UserError
+from agentic_rl import common
+from agentic_rl.common import UserError
 
 KEY_ENV = "ARL_AGL_KEY"
 HOST = "127.0.0.1"
@@ -100,7 +100,7 @@ class Service:
 
 
 def service_env(run_id: str, key: str, extra: dict | None = None) -> dict:
-    env = {**os.environ, arl_common.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, common.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
     env.update(extra or {})
     return env
 

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-BUNDLE_DIR = Path(__file__).resolve().parent.parent
+BUNDLE_DIR = Path(__file__).resolve().parents[3]
 VERL_CONFIG_ENV = "ARL_VERL_CONFIG_DIR"
 AGL_CONFIG_ENV = "ARL_AGL_CONFIG"
 

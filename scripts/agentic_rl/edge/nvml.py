@@ -6,10 +6,10 @@ support becomes None (and its name goes into the entry's `unsupported` list), a 
 entry with an `error` field, and neither aborts the reading. No driver or no library raises
 NvmlUnavailable, which the scripts turn into exit 3.
 
-    >>> import nvml_shim
+    >>> from agentic_rl.edge import nvml
     >>> try:
-    ...     nvml_shim.read_gpus()
-    ... except nvml_shim.NvmlUnavailable as exc:
+    ...     nvml.read_gpus()
+    ... except nvml.NvmlUnavailable as exc:
     ...     print(exc)      # on a host without an NVIDIA driver
     no NVIDIA driver: NVML library libnvidia-ml.so.1 not found (NVMLError_LibraryNotFound)
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import proc_shim
+from agentic_rl.edge import procs
 
 
 class NvmlUnavailable(Exception):
@@ -82,12 +82,12 @@ def _reader(pynvml: Any, entry: dict) -> Callable[..., Any]:
 
 
 def _processes(pynvml: Any, read: Callable[..., Any], handle: Any) -> list[dict] | None:
-    procs = read("processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
-    if procs is None:
+    running = read("processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    if running is None:
         return None
     # usedGpuMemory is None where the driver cannot tell (nvidia-ml-py maps NVML's "not available").
-    return [{"pid": int(p.pid), "name": proc_shim.process_name(p.pid), "used_memory": p.usedGpuMemory}
-            for p in procs]
+    return [{"pid": int(p.pid), "name": procs.process_name(p.pid), "used_memory": p.usedGpuMemory}
+            for p in running]
 
 
 def _blank(index: int) -> dict:

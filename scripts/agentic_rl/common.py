@@ -4,7 +4,7 @@ printing, EVO_* path resolution, atomic writes, the task template and agent.json
 Only the standard library (and tabulate, lazily) is imported here: the bundled agent imports
 this module in every rollout process, so it must stay cheap to import.
 
-    >>> from arl_common import envelope
+    >>> from agentic_rl.common import envelope
     >>> envelope(True, data={"selected": [0]})
     {'ok': True, 'schema_version': 1, 'data': {'selected': [0]}}
 """
@@ -40,7 +40,8 @@ EXIT_CODES = {
 }
 EXIT_CODES_EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
-SCRIPTS_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCRIPTS_DIR = PACKAGE_DIR.parent
 BUNDLE_DIR = SCRIPTS_DIR.parent
 EXAMPLES_DOC = BUNDLE_DIR / "examples.md"
 

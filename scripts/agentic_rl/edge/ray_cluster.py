@@ -3,8 +3,8 @@
 `ray` is imported only in a child process that read_ray_nodes starts with a deadline, because
 ray.init retries an unreachable GCS for ever and a hung driver must not hang a gate.
 
-    >>> import ray_shim
-    >>> ray_shim.read_ray_nodes("127.0.0.1:6379")     # with `ray start --head --num-gpus=4` there
+    >>> from agentic_rl.edge import ray_cluster
+    >>> ray_cluster.read_ray_nodes("127.0.0.1:6379")     # with `ray start --head --num-gpus=4` there
     [{'node_id': '81c3074f...', 'address': '127.0.0.1', 'alive': True, 'gpus_total': 4.0,
       'gpus_available': 4.0, 'cpus_total': 13.0, 'cpus_available': 13.0}]
 """
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from arl_common import EXIT_ENV, EXIT_USAGE, UserError
+from agentic_rl.common import EXIT_ENV, EXIT_USAGE, UserError
 
 
 def _probe(address: str, timeout: float = 5.0) -> None:
@@ -71,8 +71,9 @@ def read_ray_nodes(address: str, timeout: float = 60.0) -> list[dict]:
         raise UserError("Ray mode needs the ray package", "pip install 'ray[default]' (the bundle's [ray] extra)",
                         EXIT_ENV)
     _probe(address)
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import ray_shim; "
-            "print(json.dumps(ray_shim._ray_nodes_here(sys.argv[1])))")
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+            "from agentic_rl.edge import ray_cluster; "
+            "print(json.dumps(ray_cluster._ray_nodes_here(sys.argv[1])))")
     try:
         proc = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)

@@ -3,7 +3,7 @@
 No network, no weights read: the parameter count comes from the safetensors headers
 (8 bytes of little-endian length, then that many bytes of JSON).
 
-    >>> from model_files import resolve_model
+    >>> from agentic_rl.model_files import resolve_model
     >>> resolve_model("no-such-model", roots=[]) is None
     True
 """
@@ -15,7 +15,7 @@ import os
 import struct
 from pathlib import Path
 
-import arl_common
+from agentic_rl import common
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -49,7 +49,7 @@ def resolve_model(name: str, roots: list[Path] | None = None) -> Path | None:
     direct = Path(name).expanduser()
     if direct.is_dir() and (direct / "config.json").exists():
         return direct.resolve()
-    for root in arl_common.models_dirs() if roots is None else roots:
+    for root in common.models_dirs() if roots is None else roots:
         for candidate in (root / name, root / name.split("/")[-1]):
             if candidate.is_dir():
                 return candidate.resolve()

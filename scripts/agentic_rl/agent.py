@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The bundled agent (agent_class "arl_agent:TemplateJudgeAgent"): one rollout, one model call, one reward.
+"""The bundled agent (agent_class "agentic_rl.agent:TemplateJudgeAgent"): one rollout, one model call, one reward.
 
 Agent Lightning's controller starts one Python process per rollout and calls
 `TemplateJudgeAgent().run()`. It reads everything from its environment:
@@ -20,7 +20,7 @@ Only the standard library is imported (urllib, not httpx/openai): every rollout 
 Run by hand for one rollout (what bench/launch_bench.py times):
 
     $ ARL_ROW='{"question": "(1 + 2)", "ground_truth": "3"}' ARL_INPUT_DIR=assets/example ... \\
-      python scripts/arl_agent.py
+      PYTHONPATH=scripts python -m agentic_rl.agent
     arl_agent rollout=r1 row=- reward=1.0
 """
 
@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import arl_common
+from agentic_rl import common
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT_S = 600.0
@@ -59,7 +59,7 @@ def build_messages(row: dict, template: str, agent: dict) -> list[dict]:
     messages = []
     if agent.get("system_prompt"):
         messages.append({"role": "system", "content": str(agent["system_prompt"])})
-    messages.append({"role": "user", "content": arl_common.render_template(template, row)})
+    messages.append({"role": "user", "content": common.render_template(template, row)})
     return messages
 
 
@@ -74,17 +74,17 @@ def response_content(answer: dict) -> str:
 def score(input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
     """(reward, reason): reason is None when the judge gave a number, else why the reward is 0."""
     try:
-        judge = arl_common.load_judge(input_dir)
+        judge = common.load_judge(input_dir)
         value = judge(response, row.get("ground_truth"), row.get("metadata") or {})
-        return arl_common.coerce_reward(value), None
-    except arl_common.UserError as exc:
+        return common.coerce_reward(value), None
+    except common.UserError as exc:
         return 0.0, f"judge error: {exc.message}"
     except Exception as exc:  # the judge is user code: any failure is one sample's, not the run's
         return 0.0, f"judge error: {type(exc).__name__}: {exc}"[:500]
 
 
 def log_judge_error(output_dir: str, rollout_id: str, row: dict, reason: str) -> None:
-    line = json.dumps({"time": arl_common.now_iso(), "rollout_id": rollout_id, "row_id": row.get("id"),
+    line = json.dumps({"time": common.now_iso(), "rollout_id": rollout_id, "row_id": row.get("id"),
                        "reason": reason}, ensure_ascii=False) + "\n"
     # One O_APPEND write per line: concurrent agents never interleave inside a line.
     fd = os.open(os.path.join(output_dir, JUDGE_ERRORS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -101,7 +101,7 @@ def run_rollout(env: dict | None = None) -> int:
     rollout_id = _rollout_id(event_url)
     input_dir, output_dir = env["ARL_INPUT_DIR"], env.get("ARL_OUTPUT_DIR", "")
     row = json.loads(env["ARL_ROW"])
-    agent = arl_common.load_agent_config(Path(input_dir))
+    agent = common.load_agent_config(Path(input_dir))
     with open(os.path.join(input_dir, "task.goal"), encoding="utf-8") as fh:
         template = fh.read()
     timeout = float(env.get("ARL_MODEL_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
@@ -128,7 +128,7 @@ def run_rollout(env: dict | None = None) -> int:
 
 
 class TemplateJudgeAgent:
-    """Agent Lightning agent_class: `arl_agent:TemplateJudgeAgent` (scripts/ on PYTHONPATH)."""
+    """Agent Lightning agent_class: `agentic_rl.agent:TemplateJudgeAgent` (scripts/ on PYTHONPATH)."""
 
     def run(self) -> None:
         code = run_rollout()
@@ -138,18 +138,18 @@ class TemplateJudgeAgent:
 
 def main(argv: list[str] | None = None) -> int:
     """By hand: one rollout from the environment (see the module docstring); --help for the variables."""
-    parser = arl_common.ArgumentParser(prog="arl_agent.py", description=__doc__.split("\n\n")[0],
+    parser = common.ArgumentParser(prog="agent.py", description=__doc__.split("\n\n")[0],
                                        epilog="environment: ARL_ROW, ARL_INPUT_DIR, ARL_OUTPUT_DIR, "
                                               "ARL_MODEL_TIMEOUT_S, AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL")
     def body(_args) -> int:
         missing = [name for name in ("ARL_ROW", "ARL_INPUT_DIR", "AGL_OPENAI_BASE_URL", "AGL_EVENT_URL")
                    if not os.environ.get(name)]
         if missing:
-            raise arl_common.UserError(f"environment variables not set: {', '.join(missing)}",
-                                       "the controller sets them for each rollout; see --help", arl_common.EXIT_USAGE)
+            raise common.UserError(f"environment variables not set: {', '.join(missing)}",
+                                       "the controller sets them for each rollout; see --help", common.EXIT_USAGE)
         return run_rollout()
 
-    return arl_common.run_cli(body, parser, argv)
+    return common.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

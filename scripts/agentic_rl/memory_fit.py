@@ -1,6 +1,6 @@
 """An estimate of the per-GPU memory of one PPO/GRPO step under FSDP (see references/gpu-and-memory.md).
 
-    >>> from memory_fit import estimate
+    >>> from agentic_rl.memory_fit import estimate
     >>> round(estimate(7_000_000_000, {}, 8, 80 * 2**30)["per_gpu_gb"], 1) > 0
     True
 
@@ -23,7 +23,7 @@ TIGHT_MARGIN = 0.10
 
 
 def _get(cfg: dict, dotted: str, default):
-    import config_checks
+    from agentic_rl import config_checks
 
     value = config_checks.effective(cfg, dotted)
     return default if value is None else value

@@ -56,16 +56,16 @@ def run_cli(*args: str) -> None:
 
 
 def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
-    from agentic_rl import common
+    from agentic_rl import files, run_dir
 
     out.mkdir(parents=True)
-    with open(out / common.LOG_FILE, "wb") as fh:  # sparse: holes, then real lines
+    with open(out / run_dir.LOG_FILE, "wb") as fh:  # sparse: holes, then real lines
         fh.truncate(log_bytes)
         fh.seek(0, 2)
         fh.write(b"".join(f"step:{i} - training/reward:0.5 - timing_s/step:10.0\n".encode() for i in range(100)))
-    common.atomic_write_json(out / common.STATUS_FILE, {
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {
         "status": "completed", "pid": 999999, "run_id": "bench", "proc_start_time": 1.0, "mode": "train",
-        "start_time": common.now_iso(), "total_training_steps": 2 * steps, "steps_per_epoch": steps})
+        "start_time": run_dir.now_iso(), "total_training_steps": 2 * steps, "steps_per_epoch": steps})
     if steps:
         (out / "metrics").mkdir()
         import orjson

@@ -27,8 +27,8 @@ import argparse
 import os
 import sys
 
-from agentic_rl import common
-from agentic_rl.common import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import cli, files
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GIB = 1024**3
 # VERL's FSDP resource pool asks Ray for a bundle of {"GPU": 1, "CPU": 3} per GPU
@@ -48,7 +48,7 @@ def config_value(cfg: dict, dotted: str):
 
 
 def load_config(path: str) -> dict:
-    cfg = common.read_json_file(path)
+    cfg = files.read_json_file(path)
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: must be a JSON object, got {type(cfg).__name__}", "write config.json as {...}")
     return cfg
@@ -217,7 +217,7 @@ def render_local(data: dict) -> str:
         "selected": "yes" if r["index"] in data["selected"] else "", "why": "; ".join(r["reasons"] + r["notes"]),
     } for r in data["gpus"]]
     headers = ["gpu", "name", "uuid", "util %", "memory used/total", "processes", "free", "selected", "why not"]
-    return common.render_table(table, list(table[0]) if table else None, headers)
+    return cli.render_table(table, list(table[0]) if table else None, headers)
 
 
 # --------------------------------------------------------------------------- Ray cluster
@@ -243,7 +243,7 @@ def render_ray(data: dict) -> str:
     rows = [{"node": n["address"], "node_id": n["node_id"][:12], "alive": "yes" if n["alive"] else "no",
              "gpus": f"{n['gpus_available']:g}/{n['gpus_total']:g}", "cpus": f"{n['cpus_available']:g}/{n['cpus_total']:g}",
              "ok": "yes" if n["ok"] else "no"} for n in data["nodes"]]
-    return common.render_table(rows, None, ["node", "node id", "alive", "GPUs free/total",
+    return cli.render_table(rows, None, ["node", "node id", "alive", "GPUs free/total",
                                                 "CPUs free/total", f"offers {data['n_gpus_per_node']}"])
 
 
@@ -303,8 +303,8 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> common.ArgumentParser:
-    p = common.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+def build_parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(prog="check_gpu.py", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--required", type=_positive, metavar="N",
                    help="GPUs needed (default: trainer.n_gpus_per_node from --config)")
     p.add_argument("--max-util", type=_percent, default=20.0, metavar="PCT",
@@ -333,7 +333,7 @@ def build_parser() -> common.ArgumentParser:
 
 def _finish(args: argparse.Namespace, data: dict, problem: UserError | None, table: str) -> int:
     if args.json:
-        common.print_json(common.envelope(problem is None, data=data, error=problem))
+        cli.print_json(cli.envelope(problem is None, data=data, error=problem))
     elif args.export:
         if problem is None:
             print(data["export"])
@@ -342,9 +342,9 @@ def _finish(args: argparse.Namespace, data: dict, problem: UserError | None, tab
         if data.get("selected"):
             print(f"CUDA_VISIBLE_DEVICES={','.join(map(str, data['selected']))}")
     for warning in data["warnings"]:
-        common.print_warning(warning)
+        cli.print_warning(warning)
     if problem is not None:
-        common.print_error(problem.message, problem.hint)
+        cli.print_error(problem.message, problem.hint)
         return problem.code
     return EXIT_OK
 
@@ -379,7 +379,7 @@ def body(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(body, build_parser(), argv)
+    return cli.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from agentic_rl import common, memory_fit, model_files
-from agentic_rl.common import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl import cli, files, memory_fit, model_files, task
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
 
 resolve_model = model_files.resolve_model
 inspect_model = model_files.inspect_model
@@ -69,10 +69,10 @@ def gpu_memory_bytes(override_gb: float | None) -> int | None:
 
 def set_agent(input_dir: Path, model_name: str) -> Path:
     """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line."""
-    path = common.agent_config_path(input_dir)
+    path = task.agent_config_path(input_dir)
     if path is None:
         path = input_dir / "agent.json"
-        common.atomic_write_json(path, {"model_name": model_name})
+        files.atomic_write_json(path, {"model_name": model_name})
         return path
     if path.suffix == ".jsonl":
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -80,18 +80,18 @@ def set_agent(input_dir: Path, model_name: str) -> Path:
         obj = json.loads(lines[first])
         obj["model_name"] = model_name
         lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
-        common.atomic_write_text(path, "".join(lines))
+        files.atomic_write_text(path, "".join(lines))
     else:
-        obj = common.read_json_file(path)
+        obj = files.read_json_file(path)
         if not isinstance(obj, dict):
             raise UserError(f"{path}: not a JSON object", "fix agent.json first")
         obj["model_name"] = model_name
-        common.atomic_write_json(path, obj)
+        files.atomic_write_json(path, obj)
     return path
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(prog="check_model.py", description=__doc__.split("\n\n")[0],
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(prog="check_model.py", description=__doc__.split("\n\n")[0],
                                        epilog="example:\n  python scripts/check_model.py --list\n"
                                               "  python scripts/check_model.py --model tiny-qwen2 --set-agent task/")
     parser.add_argument("--model", metavar="NAME", help="a path, a folder name under a search root, or ORG/NAME")
@@ -102,24 +102,24 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--gpus", type=int, metavar="N", help="estimate the per-GPU memory on N GPUs")
     parser.add_argument("--config", metavar="FILE", help="config.json for the memory estimate")
     parser.add_argument("--gpu-memory-gb", type=float, metavar="G", help="GPU memory when NVML cannot tell")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
 def body(args) -> int:
-    roots = common.models_dirs(args.models_dir)
+    roots = task.models_dirs(args.models_dir)
     hub = model_files.hf_hub_dir()
     if not args.model and not args.list:
-        raise UserError("nothing to do", "pass --model NAME or --list", common.EXIT_USAGE)
+        raise UserError("nothing to do", "pass --model NAME or --list", cli.EXIT_USAGE)
     if not any(r.is_dir() for r in roots) and not hub.is_dir() and not (args.model and Path(args.model).is_dir()):
         raise UserError(f"no model search root exists ({', '.join(map(str, roots))}; HF cache {hub})",
                         "set EVO_MODELS_DIR (colon-separated) or pass --models-dir DIR", EXIT_ENV)
     if args.list:
         rows = [row(name, inspect_model(path)) | {"path": str(path)} for name, path in model_files.candidates(roots)]
         if args.json:
-            common.print_json(common.envelope(True, data={"models": rows, "roots": [str(r) for r in roots]}))
+            cli.print_json(cli.envelope(True, data={"models": rows, "roots": [str(r) for r in roots]}))
         else:
-            print(common.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
+            print(cli.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
         if not args.model:
             return EXIT_OK
     path = resolve_model(args.model, roots)
@@ -129,21 +129,21 @@ def body(args) -> int:
         err = UserError(f"model {args.model!r} not found under {', '.join(map(str, roots))} or the HF cache",
                         f"closest: {', '.join(close)}" if close else "list them with --list", EXIT_FAIL)
         if args.json:
-            common.print_json(common.envelope(False, data={"candidates": close}, error=err))
-        common.print_error(err.message, err.hint)
+            cli.print_json(cli.envelope(False, data={"candidates": close}, error=err))
+        cli.print_error(err.message, err.hint)
         return EXIT_FAIL
     info = inspect_model(path)
     data = {"name": args.model, **info}
     if args.gpus:
-        cfg = common.read_json_file(args.config) if args.config else {}
+        cfg = files.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  gpu_memory_bytes(args.gpu_memory_gb))
     if info["complete"] and args.set_agent:
-        data["agent_file"] = str(set_agent(common.resolve_input_dir(args.set_agent), args.model))
+        data["agent_file"] = str(set_agent(task.resolve_input_dir(args.set_agent), args.model))
     if args.json:
-        common.print_json(common.envelope(info["complete"], data=data))
+        cli.print_json(cli.envelope(info["complete"], data=data))
     elif not args.list:
-        print(common.render_table([row(args.model, info)]))
+        print(cli.render_table([row(args.model, info)]))
         fit = data.get("memory_fit")
         if fit:
             total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
@@ -153,14 +153,14 @@ def body(args) -> int:
         if "agent_file" in data:
             print(f"model_name written to {data['agent_file']}")
     if not info["complete"]:
-        common.print_error(f"model {path} is incomplete: {'; '.join(info['problems'])}",
+        cli.print_error(f"model {path} is incomplete: {'; '.join(info['problems'])}",
                                "download the missing files again, or pick another model (--list)")
         return EXIT_FAIL
     return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(body, build_parser(), argv)
+    return cli.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

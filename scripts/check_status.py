@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from agentic_rl import common, metrics_reader, run_health
-from agentic_rl.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import cli, files, metrics_reader, run_dir, run_health
+from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 TAIL_BLOCK = 64 * 1024
 TAIL_MAX_BYTES = 1 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
@@ -82,7 +82,7 @@ def gpu_memory(pids: list[int]) -> dict | str:
 def checkpoints(output_dir: Path) -> dict:
     from agentic_rl import job_config
 
-    ckpt = output_dir / common.CHECKPOINTS_DIR
+    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
     steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
     return {"latest": job_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
 
@@ -94,7 +94,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
 
     state = launcher.assess(output_dir)
     if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {common.STATUS_FILE})",
+        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
     st = state["record"]
     status, detail = st.get("status"), None
@@ -103,10 +103,10 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     resources = procs.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))
-    log = tail_lines(output_dir / common.LOG_FILE, max(lines, 200))
+    log = tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200))
     history = (reader or metrics_reader.HistoryReader(output_dir)).read()
     judge_errors = count_lines(output_dir / "judge_errors.jsonl")
-    rehearsal = common.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
+    rehearsal = files.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = checkpoints(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
@@ -173,7 +173,7 @@ def render(data: dict) -> str:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
-    text = common.render_table(rows, ["item", "value"])
+    text = cli.render_table(rows, ["item", "value"])
     return text + "\n\n" + "\n".join(data["log_tail"])
 
 
@@ -184,7 +184,7 @@ def plot(output_dir: Path, target: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", common.EXIT_ENV) from None
+        raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", cli.EXIT_ENV) from None
     history = metrics_reader.load_history(output_dir)
     ckpts = checkpoints(output_dir)["steps"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
@@ -204,15 +204,15 @@ def plot(output_dir: Path, target: Path) -> None:
     plt.close(fig)
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(prog="check_status.py", description=__doc__.split("\n\n")[0],
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(prog="check_status.py", description=__doc__.split("\n\n")[0],
                                        epilog="example:\n  python scripts/check_status.py --output-dir outputs --json")
     parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs)")
     parser.add_argument("--lines", type=int, default=20, help="log lines to show (default 20)")
     parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 5) until the run ends")
     parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
@@ -233,7 +233,7 @@ def watch(output_dir: Path, args) -> int:
                 print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail} step {p['step']}/{p['total'] or '?'}"
                       f"{rollouts} flags {len(data['flags'])}", flush=True)
             sys.stdout.flush()
-            if data["status"] in common.TERMINAL_STATES:
+            if data["status"] in run_dir.TERMINAL_STATES:
                 return exit_code(data)
             time.sleep(max(0.2, args.watch))
     except KeyboardInterrupt:  # the way a person leaves --watch: not an error
@@ -242,7 +242,7 @@ def watch(output_dir: Path, args) -> int:
 
 
 def body(args) -> int:
-    output_dir = common.resolve_output_dir(args.output_dir)
+    output_dir = run_dir.resolve_output_dir(args.output_dir)
     if args.plot:
         plot(output_dir, Path(args.plot))
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -250,14 +250,14 @@ def body(args) -> int:
         return watch(output_dir, args)
     data = collect(output_dir, args.lines)
     if args.json:
-        common.print_json(common.envelope(data["status"] != "failed", data=data))
+        cli.print_json(cli.envelope(data["status"] != "failed", data=data))
     else:
         print(render(data))
     return exit_code(data)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(body, build_parser(), argv)
+    return cli.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 import psutil
-from agentic_rl import common, launcher
-from agentic_rl.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import cli, launcher, run_dir
+from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 
 # After main.py exits (or a SIGKILL), allow late exits and the driver freeing GPU memory.
@@ -130,19 +130,19 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
     """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
     state = launcher.assess(output_dir)
     if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {common.STATUS_FILE})",
+        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "pass the --output-dir the run was started with (or set EVO_OUTPUT_DIR)", EXIT_USAGE)
     run_id, pid = state["run_id"], state["pid"]
     report = {"output_dir": str(output_dir), "run_id": run_id, "pid": pid, "status_before": state["status"],
               "proved": state["alive"], "why": state["why"], "force": force, "actions": [],
               "leftovers": [], "gpu_leftovers": None, "status": state["status"], "ok": False}
     if not run_id:
-        report.update(message=f"{common.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
+        report.update(message=f"{run_dir.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
                               "to be this run's, so nothing was signalled",
                       hint="inspect the processes by hand; start_training.sh writes a run_id for every run")
         return report
     if not state["alive"] and not state["carriers"]:
-        if state["status"] in common.TERMINAL_STATES:
+        if state["status"] in run_dir.TERMINAL_STATES:
             report.update(ok=True, message=f"run {run_id} is already {state['status']}; nothing to stop")
         else:
             report.update(message=f"refused: {state['why']}; the pid file is stale and nothing was signalled "
@@ -175,15 +175,15 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
                       "a process in uninterruptible sleep (D state) or a GPU context can linger; check with "
                       "nvidia-smi and ps, then rerun stop_training.py --force")
         return report
-    final = common.read_status(output_dir) or {}
-    if final.get("status") not in common.TERMINAL_STATES:
+    final = run_dir.read_status(output_dir) or {}
+    if final.get("status") not in run_dir.TERMINAL_STATES:
         how = "SIGKILL (--force)" if force else "SIGTERM"
-        fields = {"status": "stopped", "end_time": common.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
+        fields = {"status": "stopped", "end_time": run_dir.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
         if not state["alive"]:
             fields["reason"] = "main.py had vanished; its orphans were killed by stop_training.py --force"
-        common.update_status(output_dir, **fields)
-        final = common.read_status(output_dir) or {}
-    pid_file = output_dir / common.PID_FILE
+        run_dir.update_status(output_dir, **fields)
+        final = run_dir.read_status(output_dir) or {}
+    pid_file = output_dir / run_dir.PID_FILE
     if pid_file.is_file() and pid_file.read_text().strip() == str(pid):
         pid_file.unlink()
     report.update(ok=True, status=final.get("status"), message=f"run {run_id} is gone; status {final.get('status')}")
@@ -199,15 +199,15 @@ def render(report: dict) -> str:
     elif report["ok"]:
         lines.append(report["message"])
     if report["leftovers"]:
-        lines.append("left behind:\n" + common.render_table(report["leftovers"], ["pid", "name", "cmdline"]))
+        lines.append("left behind:\n" + cli.render_table(report["leftovers"], ["pid", "name", "cmdline"]))
     if report["gpu_leftovers"]:
-        lines.append("GPU processes left:\n" + common.render_table(
+        lines.append("GPU processes left:\n" + cli.render_table(
             report["gpu_leftovers"], ["pid", "name", "gpu_index", "used_memory"]))
     return "\n".join(lines)
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
         prog="stop_training.py", description="Stop the run in an output folder (pid proved first).",
         epilog="example:\n  python scripts/stop_training.py --output-dir /tmp/out\n"
                "  python scripts/stop_training.py --output-dir /tmp/out --force --json")
@@ -216,7 +216,7 @@ def build_parser() -> common.ArgumentParser:
                         help="seconds to wait for main.py after SIGTERM (default 120)")
     parser.add_argument("--force", action="store_true",
                         help="SIGKILL every process carrying the run id, children first (also cleans orphans)")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
@@ -224,20 +224,20 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> int:
         if args.timeout <= 0:
             raise UserError("--timeout must be > 0", "e.g. --timeout 120", EXIT_USAGE)
-        report = stop_run(common.resolve_output_dir(args.output_dir), args.timeout, args.force)
+        report = stop_run(run_dir.resolve_output_dir(args.output_dir), args.timeout, args.force)
         problem = None if report["ok"] else UserError(report["message"], report.get("hint", ""))
         if args.json:
-            common.print_json(common.envelope(report["ok"], data=report, error=problem))
+            cli.print_json(cli.envelope(report["ok"], data=report, error=problem))
         else:
             text = render(report)
             if text:
                 print(text)
         if problem:
-            common.print_error(problem.message, problem.hint)
+            cli.print_error(problem.message, problem.hint)
             return EXIT_FAIL
         return EXIT_OK
 
-    return common.run_cli(body, build_parser(), argv)
+    return cli.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentic_rl import common
-from agentic_rl.common import TASK_FILES, Check, UserError
+from agentic_rl import cli, files, task
+from agentic_rl.cli import Check, UserError
+from agentic_rl.task import TASK_FILES
 
 MAX_SHOWN = 20  # defects listed per file; the total is always counted
 PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
@@ -240,20 +241,20 @@ def file_checks(input_dir: Path) -> list[Check]:
     """One fail per missing file, each with its format; one ok when all are there."""
     missing = []
     for name, fmt in TASK_FILES.items():
-        present = (input_dir / name).is_file() or (name == "agent.json" and common.agent_config_path(input_dir))
+        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir))
         if not present:
             missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
-                                 f"see {common.EXAMPLES_DOC.name} for a complete example", name))
+                                 f"see {cli.EXAMPLES_DOC.name} for a complete example", name))
     return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
 
 
 def agent_checks(input_dir: Path) -> list[Check]:
-    path = common.agent_config_path(input_dir)
+    path = task.agent_config_path(input_dir)
     if path is None:
         return []  # reported by file_checks
     name = path.name
     try:
-        cfg = common.load_agent_config(input_dir)
+        cfg = task.load_agent_config(input_dir)
     except UserError as exc:
         return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
     out = []
@@ -299,8 +300,8 @@ def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[C
         return None, None, [Check("task.goal", "fail", "starts with a UTF-8 byte-order mark (BOM)",
                                   "save task.goal as UTF-8 without BOM", "task.goal:1")]
     try:
-        fields = common.template_fields(text)
-    except common.TemplateError as exc:
+        fields = task.template_fields(text)
+    except task.TemplateError as exc:
         return text, None, [Check("task.goal", "fail", str(exc),
                                   "placeholders are {field} with a plain row field name; {{ and }} are literal braces",
                                   "task.goal")]
@@ -322,7 +323,7 @@ def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
     if not path.is_file():
         return None, []
     try:
-        cfg = common.read_json_file(path)
+        cfg = files.read_json_file(path)
     except UserError as exc:
         return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
                             "config.json")]
@@ -376,7 +377,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
                   "defects": {name: scan["defects"] for name, scan in info.items()}, "first_prompt": None}
     if fields is not None and template and train.get("sample"):
         lineno, row = train["sample"][0]
-        prompt = common.render_template(template, row)
+        prompt = task.render_template(template, row)
         data["first_prompt"] = prompt[:2000]
         shown = prompt.strip().replace("\n", "\\n")
         shown = shown if len(shown) <= PROMPT_SHOWN else shown[:PROMPT_SHOWN] + "..."
@@ -392,8 +393,8 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     return checks, data
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
         prog="validate_data.py",
         description="Check a task folder (train/test.jsonl, task.goal, judge.py, agent.json, config.json) "
                     "before training. Nothing in the folder is modified.",
@@ -407,7 +408,7 @@ def build_parser() -> common.ArgumentParser:
                         help="seconds the judge may take to import, and per call (default 30)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
@@ -419,12 +420,12 @@ def main(argv: list[str] | None = None) -> int:
                              (args.judge_timeout <= 0, "--judge-timeout must be > 0"),
                              (args.gpus is not None and args.gpus < 1, "--gpus must be >= 1")):
             if bad:
-                raise UserError(message, "run `validate_data.py --help` for usage", common.EXIT_USAGE)
-        input_dir = common.resolve_input_dir(args.input_dir)
+                raise UserError(message, "run `validate_data.py --help` for usage", cli.EXIT_USAGE)
+        input_dir = task.resolve_input_dir(args.input_dir)
         checks, data = validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug)
-        return common.emit_checks(checks, args.json, data)
+        return cli.emit_checks(checks, args.json, data)
 
-    return common.run_cli(body, parser, argv)
+    return cli.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

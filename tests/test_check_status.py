@@ -13,7 +13,7 @@ from pathlib import Path
 import check_status
 import orjson
 import pytest
-from agentic_rl import common, metrics_reader, run_health
+from agentic_rl import files, metrics_reader, run_dir, run_health
 from agentic_rl.edge import procs
 from conftest import run_script
 
@@ -50,8 +50,8 @@ def write_history(out: Path, steps: range, family: dict, attempt: int = 1, write
 def write_status(out: Path, **fields) -> None:
     out.mkdir(parents=True, exist_ok=True)
     base = {"status": "completed", "pid": 999999, "run_id": "r1", "proc_start_time": 1.0, "mode": "train",
-            "start_time": common.now_iso(), "total_training_steps": 40, "steps_per_epoch": 20}
-    common.atomic_write_json(out / common.STATUS_FILE, {**base, **fields})
+            "start_time": run_dir.now_iso(), "total_training_steps": 40, "steps_per_epoch": 20}
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {**base, **fields})
 
 
 @pytest.mark.parametrize("family", [STOCK, AGL], ids=["stock-verl", "agent-lightning"])
@@ -74,13 +74,13 @@ def flag_names(tmp_path, family=AGL, writer=verl_file_logger_line, **over):
 
 def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path):
     write_status(tmp_path, status="completed")
-    (tmp_path / common.LOG_FILE).write_text(
+    (tmp_path / run_dir.LOG_FILE).write_text(
         "AglRolloutManager: completed=64/64 succeeded=64 failed=0\n[step 1 done]\n"
         "AglRolloutManager: completed=12/64 succeeded=11 failed=1\nINFO other line\n")
     data = check_status.collect(tmp_path)
     assert data["progress"]["rollouts"] == {"completed": 12, "enqueued": 64, "succeeded": 11, "failed": 1}
     assert "12/64 of the current batch done, 1 failed" in check_status.render(data)
-    (tmp_path / common.LOG_FILE).write_text("no rollout yet\n")
+    (tmp_path / run_dir.LOG_FILE).write_text("no rollout yet\n")
     assert check_status.collect(tmp_path)["progress"]["rollouts"] is None
 
 
@@ -139,7 +139,7 @@ def test_stalled_run_with_a_live_process(tmp_path):
         write_history(tmp_path, range(1, 4), AGL)
         old = time.time() - 3600
         os.utime(tmp_path / "metrics" / "attempt-0001.jsonl", (old, old))
-        (tmp_path / common.LOG_FILE).write_text("loading\nAglRolloutManager: completed=3/64\n")
+        (tmp_path / run_dir.LOG_FILE).write_text("loading\nAglRolloutManager: completed=3/64\n")
         data = check_status.collect(tmp_path)
         assert data["alive"] and data["status"] == "running"
         assert data["stall"]["stalled"] and data["stall"]["last_step"] == 3 and data["stall"]["phase"] == "rollout"
@@ -164,7 +164,7 @@ def live_run():
 def test_stall_before_the_first_step_uses_the_floor_and_names_the_phase(tmp_path, live_run):
     started = time.time() - run_health.STALL_FLOOR_S - 120
     write_status(tmp_path, **live_run, start_time=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
-    (tmp_path / common.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
+    (tmp_path / run_dir.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
     stall = check_status.collect(tmp_path)["stall"]
     assert stall["stalled"] and stall["last_step"] == 0 and stall["phase"] == "loading model"
     assert stall["limit_s"] == run_health.STALL_FLOOR_S

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentic_rl import agent, common, job_config, rehearsal
+from agentic_rl import agent, cli, job_config, rehearsal, run_dir
 from agentic_rl import training_job as main_py
 from agentic_rl.edge import agl, procs
 from conftest import SCRIPTS, run_module, run_script
@@ -45,16 +45,16 @@ def launch(task: Path, out: Path, *extra: str, env: dict | None = None) -> subpr
 def wait_for(out: Path, predicate, timeout: float = 90.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = common.read_status(out) or {}
+        st = run_dir.read_status(out) or {}
         if predicate(st):
             return st
         time.sleep(0.2)
-    raise AssertionError(f"timed out; status {common.read_status(out)}; log:\n{log_text(out)[-3000:]}")
+    raise AssertionError(f"timed out; status {run_dir.read_status(out)}; log:\n{log_text(out)[-3000:]}")
 
 
 def wait_done(out: Path, timeout: float = 90.0) -> dict:
     """The final status, once main.py itself has exited."""
-    st = wait_for(out, lambda s: s.get("status") in common.TERMINAL_STATES and s.get("end_time"), timeout)
+    st = wait_for(out, lambda s: s.get("status") in run_dir.TERMINAL_STATES and s.get("end_time"), timeout)
     deadline = time.monotonic() + 20
     while psutil.pid_exists(st["pid"]) and psutil.Process(st["pid"]).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "main.py still alive after its final status"
@@ -63,7 +63,7 @@ def wait_done(out: Path, timeout: float = 90.0) -> dict:
 
 
 def log_text(out: Path) -> str:
-    path = out / common.LOG_FILE
+    path = out / run_dir.LOG_FILE
     return path.read_text(errors="replace") if path.exists() else ""
 
 
@@ -74,7 +74,7 @@ def runs():
     yield outs
     leftovers = {}
     for out in outs:
-        run_id = (common.read_status(out) or {}).get("run_id")
+        run_id = (run_dir.read_status(out) or {}).get("run_id")
         if run_id:
             left = procs.find_run_processes(run_id)
             procs.kill_run(run_id)
@@ -114,7 +114,7 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
                    "resume_mode: disable"):
         assert forced in resolved, forced
     assert resolved.startswith("# VERL")
-    assert not (out / common.PID_FILE).exists()
+    assert not (out / run_dir.PID_FILE).exists()
     assert not list(out.rglob(".hydra")) and not (out / "logs" / "outputs").exists()
     assert "arl_agent rollout=" in (out / "logs" / "controller.log").read_text()
     assert_run_gone(st)
@@ -214,10 +214,10 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
     by_hand = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
                          "--resume", "--run-id", f"test-resume-{os.getpid()}")
     assert by_hand.returncode == 1, by_hand.stderr
-    st = common.read_status(out)
+    st = run_dir.read_status(out)
     assert st["status"] == "failed" and st["failed_component"] == "config" and st["exit_code"] == 1
     assert "nothing to resume" in st["reason"] and "save_freq was -1" in st["reason"]
-    assert not (out / "rehearsal.json").exists() and not (out / common.PID_FILE).exists()
+    assert not (out / "rehearsal.json").exists() and not (out / run_dir.PID_FILE).exists()
 
 
 def make_checkpoint(out: Path, step: int) -> None:
@@ -269,10 +269,10 @@ def test_main_refuses_a_locked_output_folder(example_task, tmp_path, capsys):
 
     out = tmp_path / "out"
     out.mkdir()
-    with open(out / common.LOCK_FILE, "w") as held:
+    with open(out / run_dir.LOCK_FILE, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         code = main_py.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"])
-    assert code == common.EXIT_CONFLICT
+    assert code == cli.EXIT_CONFLICT
     assert "locked" in capsys.readouterr().err
 
 

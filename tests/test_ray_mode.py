@@ -25,7 +25,9 @@ from conftest import run_script
 RAY = Path(sys.executable).with_name("ray")
 # Ray turns 127.0.0.1 into the host's outward IP and then listens on every interface; on Linux this
 # switch keeps the node (and every driver that connects) on the loopback address.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# RAY_AUTH_MODE explicit: Ray >= 2.5x turns token auth on once ~/.ray/auth_token exists (any local ray.init
+# writes it), and then a head and a remote driver disagree; these tests run a loopback-only head.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import stop_training
-from agentic_rl import common, launcher, rehearsal
+from agentic_rl import cli, files, launcher, rehearsal, run_dir
 from agentic_rl.edge import procs
 from conftest import SCRIPTS, run_script
 from make_tiny_model import make_tiny_model
@@ -42,7 +42,7 @@ def stop(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def status(out: Path) -> dict:
-    return common.read_status(out) or {}
+    return run_dir.read_status(out) or {}
 
 
 def wait_for(predicate, what: str, timeout: float = 60.0):
@@ -72,7 +72,7 @@ def setsid_agents(run_id: str, main_pid: int) -> list[psutil.Process]:
 
 
 def log_text(out: Path) -> str:
-    path = out / common.LOG_FILE
+    path = out / run_dir.LOG_FILE
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
@@ -118,7 +118,7 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
                 "config_file", "mode", "gpus"):
         assert key in st, key
     assert st["mode"] == "rehearse" and st["gpus"] is None and st["output_dir"] == str(out.resolve())
-    assert (out / common.PID_FILE).read_text().strip() == str(pid)
+    assert (out / run_dir.PID_FILE).read_text().strip() == str(pid)
     assert f"pid {pid}" in proc.stdout and st["run_id"] in proc.stdout
     for command in (f"check_status.py --output-dir {out}", f"tail -f {out}/training.log",
                     f"stop_training.py --output-dir {out}"):
@@ -128,7 +128,7 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
     assert "agentic_rl.training_job" in " ".join(main.cmdline()), "$! is not the job's pid: setsid forked"
     assert os.getpgid(pid) == pid == os.getsid(pid) == st["pgid"]
     assert procs.identify(pid, st["proc_start_time"], st["run_id"]) == (True, "ok")
-    lock = str((out / common.LOCK_FILE).resolve())
+    lock = str((out / run_dir.LOCK_FILE).resolve())
     holds = [f.path for f in main.open_files()] + [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(
         f"/proc/{pid}/fd")]
     assert lock in holds and os.readlink(f"/proc/{pid}/fd/9") == lock, "main.py does not hold the lock on fd 9"
@@ -170,7 +170,7 @@ def test_training_without_gpus_flag_asks_check_gpu_and_stops_without_nvml(exampl
     out = tmp_path / "out"
     proc = start(example_task, out)  # no NVML on a CPU machine: check_gpu says so with exit 3
     assert proc.returncode == 3, proc.stderr
-    assert "Error:" in proc.stderr and not (out / common.STATUS_FILE).exists()
+    assert "Error:" in proc.stderr and not (out / run_dir.STATUS_FILE).exists()
 
 
 def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
@@ -181,7 +181,7 @@ def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
     runs.append(st["run_id"])
     assert st["gpus"] == [0] and st["mode"] == "train"
     assert "GPUs 0" in log_text(out)
-    wait_for(lambda: status(out).get("status") in common.TERMINAL_STATES, "the train run to end", 90)
+    wait_for(lambda: status(out).get("status") in run_dir.TERMINAL_STATES, "the train run to end", 90)
     # No trainer here (no torch): it fails before any service starts, with the extra to install.
     st = status(out)
     assert st["status"] == "failed" and st["failed_component"] == "trainer" and "agentic-rl[train]" in st["reason"]
@@ -206,7 +206,7 @@ def test_stop_during_a_long_rehearsal_ten_times(example_task, tmp_path, runs):
         final = status(out)
         assert final["status"] == "stopped" and final["end_time"], (i, final)
         assert carriers(run_id) == [], f"round {i}: processes carrying {run_id} are left"
-        assert not (out / common.PID_FILE).exists()
+        assert not (out / run_dir.PID_FILE).exists()
 
 
 # --------------------------------------------------------------------------- 4: --force
@@ -321,10 +321,10 @@ def test_stale_pid_file_of_an_unrelated_sleep_is_never_signalled(example_task, t
     sleep = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         created = psutil.Process(sleep.pid).create_time()
-        common.atomic_write_json(out / common.STATUS_FILE, {
+        files.atomic_write_json(out / run_dir.STATUS_FILE, {
             "status": "running", "pid": sleep.pid, "pgid": sleep.pid, "run_id": "run-old-000000",
             "proc_start_time": created - 1000 if case.startswith("pid reused") else created, "mode": "rehearse"})
-        (out / common.PID_FILE).write_text(f"{sleep.pid}\n")
+        (out / run_dir.PID_FILE).write_text(f"{sleep.pid}\n")
 
         if (SCRIPTS / "check_status.py").exists():
             checked = run_script("check_status.py", "--output-dir", str(out), "--json")
@@ -365,7 +365,7 @@ def test_resume_without_a_checkpoint_is_refused_before_anything_starts(example_t
     proc = start(example_task, out, "--resume", "--gpus", "0")
     assert proc.returncode == 1, proc.stderr
     assert "nothing to resume" in proc.stderr and says in proc.stderr and "Hint:" in proc.stderr
-    assert not (out / common.STATUS_FILE).exists() and not (out / common.LOG_FILE).exists()
+    assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
 
 
 def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
@@ -380,7 +380,7 @@ def test_resume_setting_follows_the_overrides():
     assert launcher.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
     assert launcher.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
     assert launcher.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
-    with pytest.raises(common.UserError, match="n_gpus_per_node"):
+    with pytest.raises(cli.UserError, match="n_gpus_per_node"):
         launcher.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
 
 
@@ -392,7 +392,7 @@ def test_stop_without_a_run_and_on_a_finished_run(tmp_path, capsys):
     out.mkdir()
     assert stop_training.main(["--output-dir", str(out)]) == 2
     assert "no run found" in capsys.readouterr().err
-    common.atomic_write_json(out / common.STATUS_FILE, {"status": "completed", "pid": 1, "run_id": "r-x",
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "pid": 1, "run_id": "r-x",
                                                                  "proc_start_time": 0})
     assert stop_training.main(["--output-dir", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["data"]

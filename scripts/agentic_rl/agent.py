@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from agentic_rl import common
+from agentic_rl import cli, run_dir, task
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT_S = 600.0
@@ -59,7 +59,7 @@ def build_messages(row: dict, template: str, agent: dict) -> list[dict]:
     messages = []
     if agent.get("system_prompt"):
         messages.append({"role": "system", "content": str(agent["system_prompt"])})
-    messages.append({"role": "user", "content": common.render_template(template, row)})
+    messages.append({"role": "user", "content": task.render_template(template, row)})
     return messages
 
 
@@ -74,17 +74,17 @@ def response_content(answer: dict) -> str:
 def score(input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
     """(reward, reason): reason is None when the judge gave a number, else why the reward is 0."""
     try:
-        judge = common.load_judge(input_dir)
+        judge = task.load_judge(input_dir)
         value = judge(response, row.get("ground_truth"), row.get("metadata") or {})
-        return common.coerce_reward(value), None
-    except common.UserError as exc:
+        return task.coerce_reward(value), None
+    except cli.UserError as exc:
         return 0.0, f"judge error: {exc.message}"
     except Exception as exc:  # the judge is user code: any failure is one sample's, not the run's
         return 0.0, f"judge error: {type(exc).__name__}: {exc}"[:500]
 
 
 def log_judge_error(output_dir: str, rollout_id: str, row: dict, reason: str) -> None:
-    line = json.dumps({"time": common.now_iso(), "rollout_id": rollout_id, "row_id": row.get("id"),
+    line = json.dumps({"time": run_dir.now_iso(), "rollout_id": rollout_id, "row_id": row.get("id"),
                        "reason": reason}, ensure_ascii=False) + "\n"
     # One O_APPEND write per line: concurrent agents never interleave inside a line.
     fd = os.open(os.path.join(output_dir, JUDGE_ERRORS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -101,7 +101,7 @@ def run_rollout(env: dict | None = None) -> int:
     rollout_id = _rollout_id(event_url)
     input_dir, output_dir = env["ARL_INPUT_DIR"], env.get("ARL_OUTPUT_DIR", "")
     row = json.loads(env["ARL_ROW"])
-    agent = common.load_agent_config(Path(input_dir))
+    agent = task.load_agent_config(Path(input_dir))
     with open(os.path.join(input_dir, "task.goal"), encoding="utf-8") as fh:
         template = fh.read()
     timeout = float(env.get("ARL_MODEL_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
@@ -138,18 +138,18 @@ class TemplateJudgeAgent:
 
 def main(argv: list[str] | None = None) -> int:
     """By hand: one rollout from the environment (see the module docstring); --help for the variables."""
-    parser = common.ArgumentParser(prog="agent.py", description=__doc__.split("\n\n")[0],
+    parser = cli.ArgumentParser(prog="agent.py", description=__doc__.split("\n\n")[0],
                                        epilog="environment: ARL_ROW, ARL_INPUT_DIR, ARL_OUTPUT_DIR, "
                                               "ARL_MODEL_TIMEOUT_S, AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL")
     def body(_args) -> int:
         missing = [name for name in ("ARL_ROW", "ARL_INPUT_DIR", "AGL_OPENAI_BASE_URL", "AGL_EVENT_URL")
                    if not os.environ.get(name)]
         if missing:
-            raise common.UserError(f"environment variables not set: {', '.join(missing)}",
-                                       "the controller sets them for each rollout; see --help", common.EXIT_USAGE)
+            raise cli.UserError(f"environment variables not set: {', '.join(missing)}",
+                                       "the controller sets them for each rollout; see --help", cli.EXIT_USAGE)
         return run_rollout()
 
-    return common.run_cli(body, parser, argv)
+    return cli.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import common
-from agentic_rl.common import Check
+from agentic_rl import cli, files
+from agentic_rl.cli import Check
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 MISSING = "???"  # OmegaConf's mandatory-value marker (rollout.name has no default)
@@ -284,8 +284,8 @@ def _leaves(node: Any, prefix: str = ""):
 # --------------------------------------------------------------------------- CLI
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
         prog="config_checks.py", description="Check a config.json against VERL 0.8.0 / Agent Lightning 1.0.2.",
         epilog="example:\n  python scripts/config_checks.py assets/example/config.json --gpus 1")
     parser.add_argument("config", help="the config.json file")
@@ -293,28 +293,28 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--train-rows", type=int, help="train.jsonl row count, for the batch-size check")
     parser.add_argument("--get", action="append", metavar="KEY", default=[],
                         help="print the value VERL will use for a dotted key (repeatable); no checks")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
 def _body(args) -> int:
     path = Path(args.config)
     if not path.is_file():
-        raise common.UserError(f"{path} not found", "pass the path of a config.json", common.EXIT_USAGE)
-    cfg = common.read_json_file(path)
+        raise cli.UserError(f"{path} not found", "pass the path of a config.json", cli.EXIT_USAGE)
+    cfg = files.read_json_file(path)
     if args.get:
         values = {key: effective(cfg if isinstance(cfg, dict) else {}, key) for key in args.get}
         if args.json:
-            common.print_json(common.envelope(True, data=values))
+            cli.print_json(cli.envelope(True, data=values))
         else:
-            print(common.render_table([{"key": k, "value": json.dumps(v)} for k, v in values.items()]))
-        return common.EXIT_OK
+            print(cli.render_table([{"key": k, "value": json.dumps(v)} for k, v in values.items()]))
+        return cli.EXIT_OK
     checks = check_config(cfg, source=path.name, gpus=args.gpus, train_rows=args.train_rows)
-    return common.emit_checks(checks, args.json)
+    return cli.emit_checks(checks, args.json)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(_body, build_parser(), argv)
+    return cli.run_cli(_body, build_parser(), argv)
 
 
 if __name__ == "__main__":

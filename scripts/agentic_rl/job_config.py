@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import common
+from agentic_rl import cli, files, run_dir, task
 
 BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
 ROW_ENV = "ARL_ROW"
@@ -46,7 +46,7 @@ TAIL_BYTES = 64 * 1024
 class Failure(Exception):
     """The run failed in one component; reason is one line."""
 
-    def __init__(self, component: str, reason: str, code: int = common.EXIT_FAIL):
+    def __init__(self, component: str, reason: str, code: int = cli.EXIT_FAIL):
         super().__init__(reason)
         self.component, self.reason, self.code = component, reason, code
 
@@ -104,7 +104,7 @@ def trained_past(metrics_file: Path, step: int) -> bool:
 
 def log_tail(output_dir: Path) -> str:
     try:
-        with open(Path(output_dir) / common.LOG_FILE, "rb") as fh:
+        with open(Path(output_dir) / run_dir.LOG_FILE, "rb") as fh:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
             return fh.read().decode("utf-8", "replace")
     except OSError:
@@ -176,10 +176,10 @@ def resolve_model(name: str, rehearse: bool) -> str:
     if path is not None:
         return str(path)
     if rehearse:
-        common.print_warning(f"model {name!r} not found locally; the rehearsal does not load it and keeps the name")
+        cli.print_warning(f"model {name!r} not found locally; the rehearsal does not load it and keeps the name")
         return name
-    raise Failure("config", f"model {name!r} not found under {', '.join(map(str, common.models_dirs()))} "
-                  "or the Hugging Face cache (run check_model.py)", common.EXIT_ENV)
+    raise Failure("config", f"model {name!r} not found under {', '.join(map(str, task.models_dirs()))} "
+                  "or the Hugging Face cache (run check_model.py)", cli.EXIT_ENV)
 
 
 def next_metrics_file(output_dir: Path) -> tuple[int, Path]:
@@ -190,7 +190,7 @@ def next_metrics_file(output_dir: Path) -> tuple[int, Path]:
     attempt = max(numbers, default=0) + 1
     path = mdir / f"attempt-{attempt:04d}.jsonl"
     path.touch()
-    link, tmp = output_dir / common.METRICS_FILE, output_dir / f".{common.METRICS_FILE}.{os.getpid()}"
+    link, tmp = output_dir / run_dir.METRICS_FILE, output_dir / f".{run_dir.METRICS_FILE}.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(Path("metrics") / path.name)
     os.replace(tmp, link)
@@ -224,17 +224,17 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
 
     args, out, rehearse = run.args, run.output_dir, run.mode == "rehearse"
     cfg_path = Path(args.config_file).expanduser().resolve() if args.config_file else run.input_dir / "config.json"
-    user_cfg = common.read_json_file(cfg_path) if (args.config_file or cfg_path.is_file()) else {}
+    user_cfg = files.read_json_file(cfg_path) if (args.config_file or cfg_path.is_file()) else {}
     if not isinstance(user_cfg, dict):
         raise Failure("config", f"{cfg_path}: must be a JSON object")
     try:
         cfg, info = verl_config.compose_config(user_cfg, list(run.overrides))
     except Exception as exc:
         raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
-    ckpt = out / common.CHECKPOINTS_DIR
+    ckpt = out / run_dir.CHECKPOINTS_DIR
     ckpt.mkdir(parents=True, exist_ok=True)
     mode, resumed_from = resume_plan(user_cfg, list(run.overrides), ckpt, args.resume, rehearse)
-    agent = common.load_agent_config(run.input_dir)
+    agent = task.load_agent_config(run.input_dir)
     model = resolve_model(agent["model_name"], rehearse)
     attempt, metrics_file = next_metrics_file(out)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
@@ -248,7 +248,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         else ["console"]
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
-    for name in ("VERL_FILE_LOGGER_PATH", common.RUN_ID_ENV):
+    for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV):
         _set(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", os.environ[name])
     _set(cfg, "agentlightning.local.agent_class", agent.get("agent_class") or BUNDLED_AGENT)
     _set(cfg, "agentlightning.local.env_map", {**(_get(cfg, "agentlightning.local.env_map") or {}),
@@ -267,7 +267,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
 
     tuning = agl.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse)
     timeout = float(_get(cfg, "agentlightning.rollout_timeout_seconds", 1800) or 1800)
-    scripts = str(common.SCRIPTS_DIR)
+    scripts = str(cli.SCRIPTS_DIR)
     agent_env = {"ARL_INPUT_DIR": str(run.input_dir), "ARL_OUTPUT_DIR": str(out),
                  "ARL_MODEL_TIMEOUT_S": str(max(5.0, timeout - 15.0)),
                  "PYTHONPATH": os.pathsep.join(p for p in (scripts, str(run.input_dir), os.environ.get("PYTHONPATH"))
@@ -299,4 +299,4 @@ def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:
             "# config.yaml + config.json + overrides only; keys VERL would add are absent.\n")
     head += f"# sources: {json.dumps({k: v for k, v in info.items() if k != 'verl_defaults_merged'}, default=str)}\n"
     head += "# agentlightning.agl_key is redacted.\n"
-    common.atomic_write_text(output_dir / "resolved_config.yaml", head + text)
+    files.atomic_write_text(output_dir / "resolved_config.yaml", head + text)

@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentic_rl import common
-from agentic_rl.common import Check
+from agentic_rl import cli, task
+from agentic_rl.cli import Check
 
 HINT = "compute_reward(response: str, ground_truth, metadata: dict) -> float; see examples.md"
 KINDS = ("oracle", "empty")
@@ -68,11 +68,11 @@ def child_main() -> int:
     with open(rows_file, encoding="utf-8") as fh:
         rows = json.load(fh)
     judge_path = os.path.abspath(os.path.join(input_dir, "judge.py"))
-    # sys.path as the training agent has it (common.load_judge does the same there), so a judge
+    # sys.path as the training agent has it (task.load_judge does the same there), so a judge
     # that passes here imports the same way in training.
     try:
-        fn = common.load_judge(input_dir)
-    except common.UserError as exc:
+        fn = task.load_judge(input_dir)
+    except cli.UserError as exc:
         emit(event="error", phase="import", message=exc.message.replace(judge_path, "judge.py"),
              hint=exc.hint, where="judge.py")
         return 0
@@ -97,7 +97,7 @@ def child_main() -> int:
     emit(event="loaded", signature=signature)
     for row in rows:
         for kind in KINDS:
-            response = common.response_text(row["ground_truth"]) if kind == "oracle" else ""
+            response = task.response_text(row["ground_truth"]) if kind == "oracle" else ""
             args = (response, copy.deepcopy(row["ground_truth"]), copy.deepcopy(row["metadata"]))
             started = time.perf_counter()
             try:
@@ -108,7 +108,7 @@ def child_main() -> int:
                 continue
             seconds = time.perf_counter() - started
             try:
-                emit(event="call", kind=kind, seconds=seconds, reward=common.coerce_reward(value))
+                emit(event="call", kind=kind, seconds=seconds, reward=task.coerce_reward(value))
             except ValueError as exc:
                 emit(event="call", kind=kind, seconds=seconds, error=str(exc), where="judge.py")
     emit(event="done")
@@ -182,7 +182,7 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail"}.
     """
     rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {})} for w, r in samples]
-    code = (f"import sys; sys.path.insert(0, {str(common.SCRIPTS_DIR)!r}); from agentic_rl import judge_probe; "
+    code = (f"import sys; sys.path.insert(0, {str(cli.SCRIPTS_DIR)!r}); from agentic_rl import judge_probe; "
             "sys.exit(judge_probe.child_main())")
     with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp, tempfile.TemporaryFile() as err:
         rows_file = Path(tmp) / "rows.json"

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from agentic_rl import common
-from agentic_rl.common import EXIT_CONFLICT, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl import cli, files, run_dir, task
+from agentic_rl.cli import EXIT_CONFLICT, EXIT_FAIL, EXIT_OK, UserError
 from agentic_rl.edge import procs
 
 GPU_KEY = "trainer.n_gpus_per_node"
@@ -33,7 +33,7 @@ GPU_KEY = "trainer.n_gpus_per_node"
 
 def assess(output_dir: Path) -> dict:
     """What training.status in O says, and what is really alive: the proved pid and the run-id carriers."""
-    st = common.read_status(output_dir)
+    st = run_dir.read_status(output_dir)
     if st is None:
         return {"found": False, "alive": False, "carriers": [], "status": None, "pid": None, "run_id": None}
     pid, run_id = st.get("pid"), st.get("run_id")
@@ -55,10 +55,10 @@ def refuse_live(output_dir: Path) -> None:
         raise UserError(f"run {state['run_id']} in {output_dir} lost its main process ({state['why']}) but "
                         f"processes carrying it are alive: pids {state['carriers']}",
                         f"clean them up first: {stop} --force", EXIT_CONFLICT)
-    if state["found"] and state["status"] not in common.TERMINAL_STATES:
-        common.print_warning(f"stale {common.STATUS_FILE} (status {state['status']}): {state['why']}; "
+    if state["found"] and state["status"] not in run_dir.TERMINAL_STATES:
+        cli.print_warning(f"stale {run_dir.STATUS_FILE} (status {state['status']}): {state['why']}; "
                                  "starting a new run")
-    pid_file = output_dir / common.PID_FILE
+    pid_file = output_dir / run_dir.PID_FILE
     if pid_file.exists():
         pid_file.unlink()  # stale: no live process proved it, and we hold the lock
 
@@ -77,11 +77,11 @@ def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, di
     path = Path(config_file).expanduser().resolve() if config_file else input_dir / "config.json"
     if not path.is_file():
         if config_file:
-            raise UserError(f"config file {path} does not exist", "check --config-file", common.EXIT_ENV)
+            raise UserError(f"config file {path} does not exist", "check --config-file", cli.EXIT_ENV)
         return path, {}
-    cfg = common.read_json_file(path)
+    cfg = files.read_json_file(path)
     if not isinstance(cfg, dict):
-        raise UserError(f"{path}: must be a JSON object", common.TASK_FILES["config.json"])
+        raise UserError(f"{path}: must be a JSON object", task.TASK_FILES["config.json"])
     return path, cfg
 
 
@@ -119,7 +119,7 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
     """Exit 1 before anything starts when --resume finds no checkpoint (main.py checks the same again)."""
     from agentic_rl import job_config
 
-    ckpt = output_dir / common.CHECKPOINTS_DIR
+    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
     if job_config.latest_checkpoint(ckpt) is not None:
         return
     save_freq = setting(cfg, overrides, "trainer.save_freq")
@@ -139,7 +139,7 @@ def cmd_prepare(args, overrides: list[str]) -> int:
 
     out = Path(args.output_dir).resolve()
     refuse_live(out)
-    input_dir = common.resolve_input_dir(args.input_dir)
+    input_dir = task.resolve_input_dir(args.input_dir)
     source, cfg = load_user_config(input_dir, args.config_file)
     if args.resume:
         check_resume(out, cfg, overrides, source)
@@ -178,9 +178,9 @@ def cmd_record(args, _overrides) -> int:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         pgid = pid
-    common.atomic_write_text(out / common.PID_FILE, f"{pid}\n")
-    common.atomic_write_json(out / common.STATUS_FILE, {
-        "status": "starting", "start_time": common.now_iso(), "pid": pid, "pgid": pgid,
+    files.atomic_write_text(out / run_dir.PID_FILE, f"{pid}\n")
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {
+        "status": "starting", "start_time": run_dir.now_iso(), "pid": pid, "pgid": pgid,
         "proc_start_time": procs.process_start_time(pid), "run_id": args.run_id,
         "input_dir": str(Path(args.input_dir).resolve()), "output_dir": str(out),
         "config_file": str(Path(args.config_file).resolve()) if args.config_file else None, "mode": args.mode,
@@ -195,7 +195,7 @@ def cmd_wait(args, _overrides) -> int:
     out = Path(args.output_dir).resolve()
     deadline = time.monotonic() + args.seconds
     while True:
-        st = common.read_status(out) or {}
+        st = run_dir.read_status(out) or {}
         # The job is the calling shell's unreaped child, so its pid cannot have been reused yet.
         try:
             alive = psutil.Process(args.pid).status() != psutil.STATUS_ZOMBIE
@@ -208,8 +208,8 @@ def cmd_wait(args, _overrides) -> int:
         time.sleep(0.2)
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(prog="launcher.py", description=__doc__.split("\n\n")[0],
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(prog="launcher.py", description=__doc__.split("\n\n")[0],
                                        epilog="example:\n  python scripts/agentic_rl/launcher.py prepare --output-dir "
                                               "/tmp/out --input-dir assets/example --rehearse")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     commands = {"prepare": cmd_prepare, "locked": cmd_locked, "selected": cmd_selected, "record": cmd_record,
                 "wait": cmd_wait}
-    return common.run_cli(lambda args: commands[args.cmd](args, overrides), build_parser(), argv)
+    return cli.run_cli(lambda args: commands[args.cmd](args, overrides), build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import math
 import re
 from pathlib import Path
 
-from agentic_rl import common
+from agentic_rl import run_dir
 
 # Both key families (stock VERL, Agent Lightning's loop); where a step has both, the first named wins.
 KEYS = {
@@ -47,7 +47,7 @@ def attempt_files(output_dir: Path) -> list[Path]:
     numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / "metrics").glob("attempt-*.jsonl")
                 if (m := ATTEMPT_NAME.fullmatch(p.name))]
     files = [p for _, p in sorted(numbered)]
-    legacy = Path(output_dir) / common.METRICS_FILE
+    legacy = Path(output_dir) / run_dir.METRICS_FILE
     if legacy.is_file() and not legacy.is_symlink():
         files.insert(0, legacy)
     return files

@@ -15,7 +15,7 @@ import os
 import struct
 from pathlib import Path
 
-from agentic_rl import common
+from agentic_rl import task
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -49,7 +49,7 @@ def resolve_model(name: str, roots: list[Path] | None = None) -> Path | None:
     direct = Path(name).expanduser()
     if direct.is_dir() and (direct / "config.json").exists():
         return direct.resolve()
-    for root in common.models_dirs() if roots is None else roots:
+    for root in task.models_dirs() if roots is None else roots:
         for candidate in (root / name, root / name.split("/")[-1]):
             if candidate.is_dir():
                 return candidate.resolve()

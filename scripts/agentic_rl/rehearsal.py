@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import common
+from agentic_rl import files, task
 
 REHEARSAL_FILE = "rehearsal.json"
 # Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
@@ -109,7 +109,7 @@ def oracle_answers(rows: list[dict], template: str) -> dict[str, str]:
     """Rendered prompt -> ground truth text. Two rows with one prompt: the first one's answer wins."""
     answers: dict[str, str] = {}
     for row in rows:
-        answers.setdefault(common.render_template(template, row), common.response_text(row.get("ground_truth")))
+        answers.setdefault(task.render_template(template, row), task.response_text(row.get("ground_truth")))
     return answers
 
 
@@ -194,7 +194,7 @@ def metrics_lines(rep: dict) -> list[dict]:
 
 
 def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
-    common.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
+    files.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
     with open(metrics_file, "a", encoding="utf-8") as fh:
         for line in metrics_lines(rep):
             fh.write(json.dumps(line) + "\n")

@@ -30,8 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import common, job_config, rehearsal
-from agentic_rl.common import UserError
+from agentic_rl import cli, files, job_config, rehearsal, run_dir, task
+from agentic_rl.cli import UserError
 from agentic_rl.edge import agl
 
 STATUS_WAIT_S = 10.0
@@ -52,7 +52,7 @@ def log(message: str) -> None:
 
 def hold_lock(output_dir: Path) -> bool:
     """Keep O/training.lock for our whole life. True when start_training.sh handed it over on fd 9."""
-    lock_path = output_dir / common.LOCK_FILE
+    lock_path = output_dir / run_dir.LOCK_FILE
     try:
         if os.path.samestat(os.fstat(9), os.stat(lock_path)):
             return True
@@ -63,9 +63,9 @@ def hold_lock(output_dir: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        st = common.read_status(output_dir) or {}
+        st = run_dir.read_status(output_dir) or {}
         raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
-                        "stop it with stop_training.py, or use another --output-dir", common.EXIT_CONFLICT) from None
+                        "stop it with stop_training.py, or use another --output-dir", cli.EXIT_CONFLICT) from None
     return False
 
 
@@ -74,25 +74,25 @@ def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
     from agentic_rl.edge import procs
 
     deadline = time.monotonic() + (STATUS_WAIT_S if handed_over else 0)
-    while (common.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
+    while (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
         time.sleep(0.1)
-    if (common.read_status(output_dir) or {}).get("pid") != os.getpid():
-        common.atomic_write_json(output_dir / common.STATUS_FILE, {
-            "status": "starting", "start_time": common.now_iso(), "pid": os.getpid(),
+    if (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
+        files.atomic_write_json(output_dir / run_dir.STATUS_FILE, {
+            "status": "starting", "start_time": run_dir.now_iso(), "pid": os.getpid(),
             "pgid": os.getpgid(0), "proc_start_time": procs.process_start_time(os.getpid())})
-        common.atomic_write_text(output_dir / common.PID_FILE, f"{os.getpid()}\n")
+        files.atomic_write_text(output_dir / run_dir.PID_FILE, f"{os.getpid()}\n")
     # Not update_status(**fields): "output_dir" is both its parameter and a status field.
-    common.atomic_write_json(output_dir / common.STATUS_FILE, {**(common.read_status(output_dir) or {}),
+    files.atomic_write_json(output_dir / run_dir.STATUS_FILE, {**(run_dir.read_status(output_dir) or {}),
                                                                       **fields})
 
 
 class Run:
     def __init__(self, args, overrides: list[str]):
         self.args, self.overrides = args, overrides
-        self.input_dir = common.resolve_input_dir(args.input_dir)
-        self.output_dir = common.resolve_output_dir(args.output_dir, self.input_dir)
-        self.run_id = args.run_id or os.environ.get(common.RUN_ID_ENV) or job_config.new_run_id()
-        os.environ[common.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
+        self.input_dir = task.resolve_input_dir(args.input_dir)
+        self.output_dir = run_dir.resolve_output_dir(args.output_dir, self.input_dir)
+        self.run_id = args.run_id or os.environ.get(run_dir.RUN_ID_ENV) or job_config.new_run_id()
+        os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
         self.mode = "rehearse" if args.rehearse else "train"
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
         self.key = agl.new_key()
@@ -102,7 +102,7 @@ class Run:
         self.service_failure: Failure | None = None
 
     def status(self, **fields) -> None:
-        common.update_status(self.output_dir, **fields)
+        run_dir.update_status(self.output_dir, **fields)
 
     # -- signals and the watchdog
 
@@ -142,8 +142,8 @@ class Run:
             log(f"failed ({final['failed_component']}): {final['reason']}")
         else:
             log(final["status"])
-        self.status(**final, exit_code=code, end_time=common.now_iso(), leftovers=leftovers)
-        pid_file = self.output_dir / common.PID_FILE
+        self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
+        pid_file = self.output_dir / run_dir.PID_FILE
         if pid_file.is_file() and pid_file.read_text().strip() == str(os.getpid()):
             pid_file.unlink()
         return code
@@ -157,7 +157,7 @@ class Run:
         if isinstance(exc, Interrupted):
             exc = self.service_failure
         if isinstance(exc, UserError):
-            common.print_error(exc.message, exc.hint)
+            cli.print_error(exc.message, exc.hint)
             exc = Failure("preflight", exc.message, exc.code)
         if not isinstance(exc, Failure):
             import traceback
@@ -172,7 +172,7 @@ class Run:
         import importlib.util
 
         if importlib.util.find_spec("agentlightning") is None:
-            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", common.EXIT_ENV)
+            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", cli.EXIT_ENV)
         env = agl.service_env(self.run_id, self.key, plan.agent_env)
         for name in ("gateway", "controller"):
             try:
@@ -190,7 +190,7 @@ class Run:
         checks = validate_data.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
         failed = [c for c in checks if c.status == "fail"]
         for c in failed:
-            common.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+            cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
         if failed:
             c = failed[0]
             raise Failure("preflight", f"{c.where + ': ' if c.where else ''}{c.message}")
@@ -246,7 +246,7 @@ class Run:
             return agl.trainer_entrypoint()
         except ImportError as exc:
             raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the train extra on a GPU "
-                                     "machine: pip install 'agentic-rl[train]')", common.EXIT_ENV) from None
+                                     "machine: pip install 'agentic-rl[train]')", cli.EXIT_ENV) from None
 
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
@@ -282,8 +282,8 @@ class Run:
         return left
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
         prog="main.py", description="The training job start_training.sh runs in the background.",
         epilog="example:\n  python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse\n"
                "  python scripts/main.py --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
@@ -296,7 +296,7 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
-    common.add_common_flags(parser, json_flag=False)
+    cli.add_common_flags(parser, json_flag=False)
     return parser
 
 
@@ -309,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> int:
         if args.gpus and not all(g.strip().isdigit() for g in args.gpus.split(",")):
             raise UserError(f"--gpus {args.gpus!r} is not a list of GPU indices", "write e.g. --gpus 0,1",
-                            common.EXIT_USAGE)
+                            cli.EXIT_USAGE)
         if args.model_endpoint and not args.rehearse:
-            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", common.EXIT_USAGE)
+            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", cli.EXIT_USAGE)
         if args.sample < 0:
-            raise UserError("--sample must be >= 0", "e.g. --sample 16", common.EXIT_USAGE)
+            raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
         run = Run(args, overrides)
         run.output_dir.mkdir(parents=True, exist_ok=True)
         handed_over = hold_lock(run.output_dir)
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             "pgid": os.getpgid(0)})
         return run.execute()
 
-    return common.run_cli(body, parser, argv)
+    return cli.run_cli(body, parser, argv)
 
 
 if __name__ == "__main__":

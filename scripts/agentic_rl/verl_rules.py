@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentic_rl.common import Check
+from agentic_rl.cli import Check
 from agentic_rl.config_checks import MISSING, effective
 
 ARR = "actor_rollout_ref"

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import common
-from agentic_rl.common import UserError
+from agentic_rl import run_dir
+from agentic_rl.cli import UserError
 
 KEY_ENV = "ARL_AGL_KEY"
 HOST = "127.0.0.1"
@@ -100,7 +100,7 @@ class Service:
 
 
 def service_env(run_id: str, key: str, extra: dict | None = None) -> dict:
-    env = {**os.environ, common.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, run_dir.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
     env.update(extra or {})
     return env
 

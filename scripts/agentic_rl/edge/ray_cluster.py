@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentic_rl.common import EXIT_ENV, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
 
 
 def _probe(address: str, timeout: float = 5.0) -> None:

@@ -2,20 +2,10 @@ import json
 import os
 
 import pytest
-from agentic_rl.common import (
-    EXIT_USAGE,
-    ArgumentParser,
-    TemplateError,
-    UserError,
-    atomic_write_json,
-    envelope,
-    models_dirs,
-    render_template,
-    resolve_output_dir,
-    run_cli,
-    template_fields,
-    update_status,
-)
+from agentic_rl.cli import EXIT_USAGE, ArgumentParser, UserError, envelope, run_cli
+from agentic_rl.files import atomic_write_json
+from agentic_rl.run_dir import resolve_output_dir, update_status
+from agentic_rl.task import TemplateError, models_dirs, render_template, template_fields
 
 
 def test_envelope_shape():

@@ -1,0 +1,171 @@
+"""The task folder's contract (EVO_INPUT_DIR): its files, the prompt template, agent.json, judge.py.
+
+Standard library only: the bundled agent renders the template and calls the judge through this
+module in every rollout.
+
+    >>> from agentic_rl.task import render_template
+    >>> render_template("Solve: {question}", {"question": "(1 + 2)"})
+    'Solve: (1 + 2)'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
+from agentic_rl.files import read_json_file
+
+# The files of a task folder. agent.json may be replaced by agent.jsonl (its first line).
+TASK_FILES = {
+    "train.jsonl": "JSON Lines, one object per line, each with the template's fields and `ground_truth`",
+    "test.jsonl": "JSON Lines like train.jsonl; used for validation during training",
+    "config.json": "a JSON object of VERL/Agent Lightning overrides, e.g. {\"data\": {\"train_batch_size\": 8}}",
+    "agent.json": "a JSON object with at least {\"model_name\": \"Qwen/Qwen2.5-0.5B-Instruct\"} (or agent.jsonl)",
+    "task.goal": "the prompt template, e.g. \"Solve: {question}\" ({field} placeholders, {{ }} for braces)",
+    "judge.py": "defines compute_reward(response, ground_truth, metadata) -> float",
+}
+
+
+def resolve_input_dir(arg: str | os.PathLike | None, must_exist: bool = True) -> Path:
+    value = arg or os.environ.get("EVO_INPUT_DIR")
+    if not value:
+        raise UserError(
+            "no input folder given",
+            "pass INPUT_DIR (or --input-dir) or set EVO_INPUT_DIR to the task folder",
+            EXIT_USAGE,
+        )
+    path = Path(value).expanduser().resolve()
+    if must_exist and not path.is_dir():
+        raise UserError(f"input folder {path} does not exist", "check the path or EVO_INPUT_DIR", EXIT_ENV)
+    return path
+
+
+DEFAULT_MODELS_DIRS = ("~/models",)
+
+
+def models_dirs(cli_dirs: Sequence[str] | None = None) -> list[Path]:
+    """Model search roots: --models-dir flags, else $EVO_MODELS_DIR (colon-separated), else ~/models."""
+    if cli_dirs:
+        raw = [d for item in cli_dirs for d in item.split(os.pathsep) if d]
+    elif os.environ.get("EVO_MODELS_DIR"):
+        raw = [d for d in os.environ["EVO_MODELS_DIR"].split(os.pathsep) if d]
+    else:
+        raw = list(DEFAULT_MODELS_DIRS)
+    return [Path(d).expanduser() for d in raw]
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def template_fields(template: str) -> list[str]:
+    """The placeholder names of task.goal, in order, without duplicates.
+
+    Only plain `{name}` placeholders (a Python identifier) are allowed; `{{`/`}}` are literal
+    braces. Attribute access, indexing, conversions and format specs are rejected, so the
+    template cannot reach into objects.
+    """
+    names: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise TemplateError(f"cannot parse template: {exc} (write {{{{ and }}}} for literal braces)") from None
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name == "":
+            raise TemplateError(f"empty placeholder {shown}: name the field, e.g. {{question}}")
+        if not name.isidentifier():
+            raise TemplateError(
+                f"placeholder {shown} is not a plain field name: attribute access and indexing are not allowed"
+            )
+        if conversion or spec:
+            raise TemplateError(f"placeholder {shown} has a conversion or format spec: only {{{name}}} is allowed")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def render_template(template: str, row: dict) -> str:
+    """Fill task.goal from a row. Non-string values are JSON-encoded so they render the same everywhere."""
+    values = {}
+    for name in template_fields(template):
+        if name not in row:
+            raise TemplateError(f"row has no field {name!r} that the template needs")
+        value = row[name]
+        values[name] = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return template.format_map(values)
+
+
+def response_text(ground_truth: Any) -> str:
+    """The text form of a ground truth, as an oracle would answer it."""
+    return ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, ensure_ascii=False)
+
+
+def agent_config_path(input_dir: Path) -> Path | None:
+    for name in ("agent.json", "agent.jsonl"):
+        if (input_dir / name).is_file():
+            return input_dir / name
+    return None
+
+
+def load_agent_config(input_dir: Path) -> dict:
+    """agent.json (an object) or the first non-blank line of agent.jsonl; model_name is required."""
+    path = agent_config_path(input_dir)
+    if path is None:
+        raise UserError(f"{input_dir}: neither agent.json nor agent.jsonl exists", TASK_FILES["agent.json"])
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise UserError(f"{path}:{lineno}: invalid JSON: {exc.msg}", "fix the JSON on that line") from None
+                    break
+            else:
+                raise UserError(f"{path}: empty file", TASK_FILES["agent.json"])
+    else:
+        obj = read_json_file(path)
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: must be a JSON object, got {type(obj).__name__}", TASK_FILES["agent.json"])
+    if not isinstance(obj.get("model_name"), str) or not obj["model_name"].strip():
+        raise UserError(f"{path}: field model_name is missing or empty", "add \"model_name\": \"<model dir or name>\"")
+    return obj
+
+
+def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
+    """Import the task's judge.py by path (under a private module name) and return compute_reward."""
+    import importlib.util
+
+    path = Path(input_dir) / "judge.py"
+    spec = importlib.util.spec_from_file_location("arl_task_judge", path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path}: cannot be imported", TASK_FILES["judge.py"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, "compute_reward", None)
+    if not callable(fn):
+        raise UserError(f"{path}: no function compute_reward", "define compute_reward(response, ground_truth, metadata) -> float")
+    return fn
+
+
+def coerce_reward(value: Any) -> float:
+    """A judge result as a float: bool and int are accepted; anything else non-numeric or non-finite raises."""
+    import math
+    import numbers
+
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"compute_reward returned {type(value).__name__} {value!r}, not a number")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"compute_reward returned {result}, not a finite number")
+    return result

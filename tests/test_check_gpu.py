@@ -14,6 +14,7 @@ import check_gpu
 import fake_nvml
 import pynvml as real_pynvml
 import pytest
+from agentic_rl import gpu_select
 from agentic_rl.edge import nvml
 from conftest import ROOT, run_script
 from fake_nvml import GIB, FakeGpu, FakeNvml
@@ -280,8 +281,8 @@ def test_min_free_frac_from_flag_and_config(monkeypatch, capsys, tmp_path):
 
 
 def test_cpu_warning_rule():
-    assert check_gpu.cpu_warning(13, 4) is None
-    assert "waits forever" in check_gpu.cpu_warning(12, 4)
+    assert gpu_select.cpu_warning(13, 4) is None
+    assert "waits forever" in gpu_select.cpu_warning(12, 4)
 
 
 def test_cpu_warning_on_a_narrow_affinity(monkeypatch, capsys):

@@ -79,20 +79,11 @@ def gpu_memory(pids: list[int]) -> dict | str:
     return {"processes": mine, "used_bytes": sum(p.get("used_memory") or 0 for p in mine)}
 
 
-def checkpoints(output_dir: Path) -> dict:
-    from agentic_rl import job_config
-
-    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
-    steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
-    return {"latest": job_config.latest_checkpoint(ckpt), "steps": steps, "dir": str(ckpt)}
-
-
 def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryReader | None = None) -> dict:
     """Everything check_status reports, as data. A reader kept across calls parses only new metrics."""
-    from agentic_rl import launcher
     from agentic_rl.edge import procs
 
-    state = launcher.assess(output_dir)
+    state = run_dir.assess(output_dir)
     if not state["found"]:
         raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
@@ -105,10 +96,10 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     end = run_health.parse_time(st.get("end_time"))
     log = tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200))
     history = (reader or metrics_reader.HistoryReader(output_dir)).read()
-    judge_errors = count_lines(output_dir / "judge_errors.jsonl")
-    rehearsal = files.read_json_file(output_dir / "rehearsal.json") if (output_dir / "rehearsal.json").is_file() else None
+    judge_errors = count_lines(output_dir / run_dir.JUDGE_ERRORS_FILE)
+    rehearsal = files.read_json_file(output_dir / run_dir.REHEARSAL_FILE) if (output_dir / run_dir.REHEARSAL_FILE).is_file() else None
     rollouts = (rehearsal or {}).get("rollouts")
-    ckpts = checkpoints(output_dir)
+    ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
     return {
         "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
@@ -186,7 +177,7 @@ def plot(output_dir: Path, target: Path) -> None:
     except ImportError:
         raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", cli.EXIT_ENV) from None
     history = metrics_reader.load_history(output_dir)
-    ckpts = checkpoints(output_dir)["steps"]
+    ckpts = run_dir.checkpoint_steps(output_dir)["steps"]
     fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
     for ax, names, title in ((axes[0], ("reward", "val_reward"), "reward"), (axes[1], ("response_length",), "response length"),
                              (axes[2], ("entropy",), "entropy")):

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import psutil
-from agentic_rl import cli, launcher, run_dir
+from agentic_rl import cli, run_dir
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 
@@ -128,7 +128,7 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
 
 def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
     """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
-    state = launcher.assess(output_dir)
+    state = run_dir.assess(output_dir)
     if not state["found"]:
         raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "pass the --output-dir the run was started with (or set EVO_OUTPUT_DIR)", EXIT_USAGE)

@@ -223,7 +223,7 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
 def make_checkpoint(out: Path, step: int) -> None:
     ckpt = out / "checkpoints"
     (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
-    (ckpt / job_config.TRACKER).write_text(str(step))
+    (ckpt / run_dir.TRACKER).write_text(str(step))
 
 
 def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, runs):
@@ -309,16 +309,18 @@ def test_classify_failure_names_the_kind(text, expected):
 
 
 def test_checkpoint_and_new_step_detection(tmp_path):
-    assert job_config.latest_checkpoint(tmp_path) is None
-    (tmp_path / job_config.TRACKER).write_text("5")
-    assert job_config.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
-    (tmp_path / "global_step_5").mkdir()
-    assert job_config.latest_checkpoint(tmp_path) == 5
+    ckpt = tmp_path / run_dir.CHECKPOINTS_DIR
+    ckpt.mkdir()
+    assert run_dir.latest_checkpoint(tmp_path) is None
+    (ckpt / run_dir.TRACKER).write_text("5")
+    assert run_dir.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
+    (ckpt / "global_step_5").mkdir()
+    assert run_dir.latest_checkpoint(tmp_path) == 5
     metrics = tmp_path / "m.jsonl"
     metrics.write_text('{"step": 5, "data": {}}\nnot json\n')
-    assert not job_config.trained_past(metrics, 5)
+    assert not run_dir.trained_past(metrics, 5)
     metrics.write_text('{"step": 6, "data": {}}\n')
-    assert job_config.trained_past(metrics, 5)
+    assert run_dir.trained_past(metrics, 5)
 
 
 def test_controller_tuning_follows_batch_and_cpus():

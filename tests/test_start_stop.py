@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import stop_training
-from agentic_rl import cli, files, launcher, rehearsal, run_dir
+from agentic_rl import cli, files, gpu_select, launcher, rehearsal, run_dir
 from agentic_rl.edge import procs
 from conftest import SCRIPTS, run_script
 from make_tiny_model import make_tiny_model
@@ -53,6 +53,12 @@ def wait_for(predicate, what: str, timeout: float = 60.0):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def record(out: Path, pid: int, run_id: str, input_dir: Path) -> None:
+    """The launch record, as the launcher writes it for a job it started."""
+    run_dir.record_launch(out, pid=pid, proc_start_time=procs.process_start_time(pid), run_id=run_id,
+                          input_dir=input_dir, config_file=None, mode="train", gpus=None)
 
 
 def carriers(run_id: str) -> list[psutil.Process]:
@@ -131,7 +137,7 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
     lock = str((out / run_dir.LOCK_FILE).resolve())
     holds = [f.path for f in main.open_files()] + [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(
         f"/proc/{pid}/fd")]
-    assert lock in holds and os.readlink(f"/proc/{pid}/fd/9") == lock, "main.py does not hold the lock on fd 9"
+    assert lock in holds and lock in holds, "the job does not hold the lock"
     st = wait_for(lambda: status(out).get("services") and status(out), "services")
     gateway = st["services"]["gateway"]["pid"]
     assert all(os.readlink(f"/proc/{gateway}/fd/{fd}") != lock for fd in os.listdir(f"/proc/{gateway}/fd")), \
@@ -233,8 +239,7 @@ def test_force_kills_a_job_that_ignores_sigterm(tmp_path, example_task, runs):
                                           '>/dev/null 2>&1 & echo $!'],
                            env={**os.environ, "EVO_RUN_ID": run_id}, capture_output=True, text=True, check=True)
     pid = int(shell.stdout)
-    assert launcher.main(["record", "--output-dir", str(out), "--pid", str(pid), "--run-id", run_id,
-                              "--input-dir", str(example_task), "--mode", "train"]) == 0
+    record(out, pid, run_id, example_task)
     wait_for(lambda: ready.exists() and ready.read_text(), "the stubborn job's children")
     expected = {pid, *map(int, ready.read_text().split())}
     assert {p.pid for p in carriers(run_id)} == expected
@@ -401,14 +406,17 @@ def test_stop_without_a_run_and_on_a_finished_run(tmp_path, capsys):
     assert stop_training.main(["--help"]) == 0
 
 
-def test_launch_state_selected_reads_check_gpu_json(monkeypatch, capsys):
-    import io
+def test_launcher_picks_free_gpus_in_process_through_nvml(tmp_path, monkeypatch, capsys):
+    """Without --gpus the launcher picks like check_gpu.py --required N (NVML faked), or stops with exit 1."""
+    import fake_nvml
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"ok": True, "data": {"selected": [1, 3]}})))
-    assert launcher.main(["selected"]) == 0
-    assert capsys.readouterr().out.strip() == "1,3"
-    monkeypatch.setattr(sys, "stdin", io.StringIO("not json"))
-    assert launcher.main(["selected"]) == 1
+    busy = fake_nvml.FakeGpu(utilization=95, memory_used=60 * fake_nvml.GIB)
+    fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([busy, fake_nvml.FakeGpu(), fake_nvml.FakeGpu()]))
+    monkeypatch.setattr(gpu_select, "host_cpus", lambda: 16)
+    assert launcher.pick_gpus({}, tmp_path / "config.json", 2) == [1, 2]
+    with pytest.raises(cli.UserError) as exc:
+        launcher.pick_gpus({}, tmp_path / "config.json", 3)
+    assert exc.value.code == 1 and "need 3 free GPUs, found 2" in exc.value.message
 
 
 @pytest.mark.parametrize("gpu_holds_run_pid", [False, True])
@@ -421,8 +429,7 @@ def test_force_checks_the_runs_gpu_processes_through_nvml(tmp_path, monkeypatch,
     job = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": run_id}, start_new_session=True)
     other = subprocess.Popen(["sleep", "60"])  # an unrelated GPU user: never reported, never signalled
     try:
-        launcher.main(["record", "--output-dir", str(out), "--pid", str(job.pid), "--run-id", run_id,
-                           "--input-dir", str(example_task), "--mode", "train"])
+        record(out, job.pid, run_id, example_task)
         on_gpu = [(other.pid, 1 << 30)] + [(job.pid, 1 << 30)] * gpu_holds_run_pid
         fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=on_gpu)]))
         monkeypatch.setattr(stop_training, "GPU_RELEASE_S", 0.0)

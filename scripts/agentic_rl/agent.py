@@ -38,7 +38,6 @@ from agentic_rl import cli, run_dir, task
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT_S = 600.0
-JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 
 
 def _post(url: str, body: dict, key: str, timeout: float) -> dict:
@@ -87,7 +86,7 @@ def log_judge_error(output_dir: str, rollout_id: str, row: dict, reason: str) ->
     line = json.dumps({"time": run_dir.now_iso(), "rollout_id": rollout_id, "row_id": row.get("id"),
                        "reason": reason}, ensure_ascii=False) + "\n"
     # One O_APPEND write per line: concurrent agents never interleave inside a line.
-    fd = os.open(os.path.join(output_dir, JUDGE_ERRORS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(os.path.join(output_dir, run_dir.JUDGE_ERRORS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:

@@ -148,7 +148,13 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print_error(message, f"run `{self.prog} --help` for usage")
+        hint = f"run `{self.prog} --help` for usage"
+        if message.startswith("unrecognized arguments:"):  # say it plainly; a typo must never become config
+            message = "unknown argument: " + message.split(":", 1)[1].strip()
+            hint = "overrides go after --, e.g. -- trainer.total_epochs=1; see --help"
+        elif message.endswith("expected one argument"):
+            message = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1] + " needs a value"
+        print_error(message, hint)
         sys.exit(EXIT_USAGE)
 
 

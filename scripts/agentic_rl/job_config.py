@@ -29,7 +29,6 @@ import importlib.util
 import json
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,6 @@ from agentic_rl import cli, files, run_dir, task
 BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
 ROW_ENV = "ARL_ROW"
 ROW_FIELD = "arl_row"
-TRACKER = "latest_checkpointed_iteration.txt"
-TAIL_BYTES = 64 * 1024
 
 
 class Failure(Exception):
@@ -50,11 +47,6 @@ class Failure(Exception):
         super().__init__(reason)
         self.component, self.reason, self.code = component, reason, code
 
-
-def new_run_id() -> str:
-    import secrets
-
-    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 def wrap_row(row: dict) -> dict:
@@ -76,39 +68,6 @@ def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
         out.append(rows)
     return out[0], out[1]
 
-
-def latest_checkpoint(ckpt_dir: Path) -> int | None:
-    """The step in latest_checkpointed_iteration.txt when its global_step_N folder exists."""
-    try:
-        step = int((ckpt_dir / TRACKER).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return step if (ckpt_dir / f"global_step_{step}").is_dir() else None
-
-
-def trained_past(metrics_file: Path, step: int) -> bool:
-    """Whether this attempt's metrics file logged any step after `step` (verl PR#5725: a resumed run
-    that had nothing left to do exits 0 without a step)."""
-    try:
-        with open(metrics_file, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    if int(json.loads(line).get("step", -1)) > step:
-                        return True
-                except (ValueError, TypeError, AttributeError):
-                    continue
-    except OSError:
-        return False
-    return False
-
-
-def log_tail(output_dir: Path) -> str:
-    try:
-        with open(Path(output_dir) / run_dir.LOG_FILE, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 _CLASSES = (
@@ -182,38 +141,22 @@ def resolve_model(name: str, rehearse: bool) -> str:
                   "or the Hugging Face cache (run check_model.py)", cli.EXIT_ENV)
 
 
-def next_metrics_file(output_dir: Path) -> tuple[int, Path]:
-    """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it."""
-    mdir = output_dir / "metrics"
-    mdir.mkdir(parents=True, exist_ok=True)
-    numbers = [int(m.group(1)) for p in mdir.glob("attempt-*.jsonl") if (m := re.match(r"attempt-(\d+)\.jsonl$", p.name))]
-    attempt = max(numbers, default=0) + 1
-    path = mdir / f"attempt-{attempt:04d}.jsonl"
-    path.touch()
-    link, tmp = output_dir / run_dir.METRICS_FILE, output_dir / f".{run_dir.METRICS_FILE}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(Path("metrics") / path.name)
-    os.replace(tmp, link)
-    return attempt, path
 
-
-def resume_plan(user_cfg: dict, overrides: list[str], ckpt_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
+def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
     """(resume_mode to force or None to keep the user's, step resumed from)."""
-    step = latest_checkpoint(ckpt_dir)
+    step = run_dir.latest_checkpoint(output_dir)
     if resume:
         if step is None:
             from agentic_rl import config_checks
 
-            save_freq = config_checks.effective(user_cfg, "trainer.save_freq")
-            cause = (f"trainer.save_freq was {save_freq}, so the earlier run never saved one"
-                     if isinstance(save_freq, int) and save_freq <= 0 else "no earlier run saved one here")
-            raise Failure("config", f"nothing to resume: no checkpoint in {ckpt_dir} ({TRACKER} and its "
-                                    f"global_step_N folder); {cause}")
+            error = run_dir.nothing_to_resume(output_dir, config_checks.effective(user_cfg, "trainer.save_freq"),
+                                              "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None)
+            raise Failure("config", error.message)
         return "auto", step
     if _explicit(user_cfg, overrides, "trainer.resume_mode"):
         return None, None
     if step is not None and not rehearse:
-        raise Failure("config", f"{ckpt_dir} holds global_step_{step} from an earlier run: pass --resume to "
+        raise Failure("config", f"{run_dir.checkpoints_dir(output_dir)} holds global_step_{step} from an earlier run: pass --resume to "
                                 "continue it, or use a new --output-dir (a fresh start would mix both runs)")
     return "disable", None
 
@@ -233,10 +176,10 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
     ckpt = out / run_dir.CHECKPOINTS_DIR
     ckpt.mkdir(parents=True, exist_ok=True)
-    mode, resumed_from = resume_plan(user_cfg, list(run.overrides), ckpt, args.resume, rehearse)
+    mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse)
     agent = task.load_agent_config(run.input_dir)
     model = resolve_model(agent["model_name"], rehearse)
-    attempt, metrics_file = next_metrics_file(out)
+    attempt, metrics_file = run_dir.next_metrics_file(out)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
     if run.gpus:
@@ -299,4 +242,4 @@ def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:
             "# config.yaml + config.json + overrides only; keys VERL would add are absent.\n")
     head += f"# sources: {json.dumps({k: v for k, v in info.items() if k != 'verl_defaults_merged'}, default=str)}\n"
     head += "# agentlightning.agl_key is redacted.\n"
-    files.atomic_write_text(output_dir / "resolved_config.yaml", head + text)
+    files.atomic_write_text(output_dir / run_dir.RESOLVED_CONFIG_FILE, head + text)

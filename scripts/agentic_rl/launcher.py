@@ -1,52 +1,120 @@
-#!/usr/bin/env python3
-"""start_training.sh's Python side: is a run live, may it resume, how many GPUs, record the launch.
+"""Step 7's launcher, in one process: start_training.sh is a thin shell over `python -m agentic_rl.launcher`.
 
-Usage (start_training.sh calls these; they are plain enough to run by hand):
-    launcher.py prepare --output-dir O --input-dir D [--config-file F] [--resume] [-- OVERRIDES]
-    launcher.py locked --output-dir O
-    launcher.py selected                 # reads check_gpu.py --json on stdin
-    launcher.py record --output-dir O --pid P --run-id R --input-dir D --mode M [--config-file F] [--gpus 0,1]
-    launcher.py wait --output-dir O --pid P [--seconds 3]
+It takes O/training.lock, refuses a live run (or its orphans) in O, checks --resume, picks GPUs
+(gpu_select, in-process), starts the training job in its own session with the lock handed over
+(`Popen(start_new_session=True, pass_fds=...)`: pid == pgid by construction), records the launch,
+then lets the job go on and waits only for its first healthy status or an early death.
 
-    $ python scripts/agentic_rl/launcher.py prepare --output-dir /tmp/out --input-dir assets/example
-    run-20250101-120000-ab12cd 1
+    $ bash scripts/start_training.sh --input-dir assets/example --output-dir /tmp/out --rehearse
+    started run run-20261203-120000-ab12cd: pid 4242, mode rehearse, GPUs none
+    log:     /tmp/out/training.log
+    status:  python scripts/check_status.py --output-dir /tmp/out
+    follow:  tail -f /tmp/out/training.log
+    stop:    python scripts/stop_training.py --output-dir /tmp/out
 
-`prepare` prints "RUN_ID N_GPUS" and exits 4 when a live run holds O (a pid proved by pid + start
-time + EVO_RUN_ID, or processes still carrying the old run id), 1 when --resume has no checkpoint.
-A pid file whose pid is gone or belongs to another program is stale: reported on stderr, ignored.
+The job survives the terminal like `nohup`: its own session has no controlling terminal, so no
+SIGHUP reaches it, and it ignores SIGHUP as well. Its output is appended to O/training.log.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
 import os
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, run_dir, task
-from agentic_rl.cli import EXIT_CONFLICT, EXIT_FAIL, EXIT_OK, UserError
-from agentic_rl.edge import procs
+from agentic_rl import cli, files, gpu_select, run_dir, task
+from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GPU_KEY = "trainer.n_gpus_per_node"
+LOCK_FD_ENV = "ARL_LOCK_FD"  # the job's inherited fd of O/training.lock
+LAUNCH_FD_ENV = "ARL_LAUNCH_FD"  # EOF on it: the launch record is written, the job may go on
+START_WAIT_ENV = "ARL_START_WAIT_S"
+
+DESCRIPTION = """\
+Starts the training job in the background (own session, stdin closed, survives the terminal like
+nohup), appending its output to O/training.log, and returns within a few seconds. One run per output
+folder: O/training.lock is taken with flock and held by the job for its whole life.
+
+Python: $PYTHON, else <bundle>/.venv/bin/python, else python3. $ARL_START_WAIT_S (default 3) is how
+long it watches the job before returning."""
+
+EPILOG = """\
+example:
+  bash scripts/start_training.sh --input-dir assets/example --output-dir /tmp/out --rehearse
+  bash scripts/start_training.sh --input-dir "$EVO_INPUT_DIR" --gpus 0,3 -- trainer.total_epochs=1
+
+here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
+1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, or too
+few free GPUs; 3 = environment missing (python, input folder, GPU driver); 4 = a live run (or its
+orphaned processes) holds the output folder."""
 
 
-def assess(output_dir: Path) -> dict:
-    """What training.status in O says, and what is really alive: the proved pid and the run-id carriers."""
-    st = run_dir.read_status(output_dir)
-    if st is None:
-        return {"found": False, "alive": False, "carriers": [], "status": None, "pid": None, "run_id": None}
-    pid, run_id = st.get("pid"), st.get("run_id")
-    alive, why = procs.identify(pid, st.get("proc_start_time"), run_id)
-    skip = {os.getpid(), os.getppid(), *([pid] if alive else [])}
-    carriers = [p.pid for p in procs.find_run_processes(run_id, skip)] if run_id else []
-    return {"found": True, "alive": alive, "why": why, "carriers": carriers, "status": st.get("status"),
-            "pid": pid, "pgid": st.get("pgid"), "run_id": run_id, "record": st}
+# --------------------------------------------------------------------------- arguments
+
+
+def build_parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
+                           usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
+                                 "[--resume]\n                         [--rehearse [--model-endpoint URL] "
+                                 "[--sample N]] [-- HYDRA.OVERRIDES ...]")
+    p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
+    p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
+                   "empty value means the default); created with checkpoints/ and logs/")
+    p.add_argument("--config-file", metavar="F", help="config JSON (default: D/config.json)")
+    p.add_argument("--gpus", metavar="0,1", help="physical GPU indices; default: the N least loaded free ones "
+                   "(N = trainer.n_gpus_per_node, as check_gpu.py picks them). Exported as CUDA_VISIBLE_DEVICES.")
+    p.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto); "
+                   "refused without one")
+    p.add_argument("--rehearse", action="store_true", help="CPU rehearsal of the whole launch path: an oracle "
+                   "model, no VERL, no GPU")
+    p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
+                   "instead of the oracle")
+    p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    return p
+
+
+def check_args(args) -> None:
+    """The rules argparse cannot say; messages name the flag and the fix."""
+    if args.gpus is not None and not all(g.isdigit() for g in args.gpus.split(",")):
+        raise UserError(f"--gpus {args.gpus} is not a list of GPU indices", "write e.g. --gpus 0,1", EXIT_USAGE)
+    if args.sample is not None and not args.sample.isdigit():
+        raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
+    if not args.rehearse and (args.model_endpoint or args.sample is not None):
+        raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
+
+
+# --------------------------------------------------------------------------- the folder and its lock
+
+
+def take_lock(output_dir: Path) -> int:
+    """flock O/training.lock without waiting; exit 4 naming the holder when another start or run has it."""
+    fd = os.open(output_dir / run_dir.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise locked_message(output_dir) from None
+    return fd
+
+
+def locked_message(output_dir: Path) -> UserError:
+    """The exit-4 answer when flock says another start or run holds O/training.lock."""
+    state = run_dir.assess(output_dir)
+    who = (f"pid {state['pid']}, status {state['status']}, run {state['run_id']}" if state["alive"]
+           else "a start_training.sh that is launching a run right now")
+    return UserError(f"{output_dir} is locked by a live run ({who})",
+                     f"watch it: python scripts/check_status.py --output-dir {output_dir}; stop it: "
+                     f"python scripts/stop_training.py --output-dir {output_dir}", EXIT_CONFLICT)
 
 
 def refuse_live(output_dir: Path) -> None:
-    """Raise exit 4 while a run lives in O; say so on stderr when the pid file is stale."""
-    state = assess(output_dir)
+    """Raise exit 4 while a run lives in O; say so on stderr when the status is stale."""
+    state = run_dir.assess(output_dir)
     stop = f"python scripts/stop_training.py --output-dir {output_dir}"
     if state["alive"]:
         raise UserError(f"{output_dir} already has a live run: pid {state['pid']}, status {state['status']}, "
@@ -57,27 +125,17 @@ def refuse_live(output_dir: Path) -> None:
                         f"clean them up first: {stop} --force", EXIT_CONFLICT)
     if state["found"] and state["status"] not in run_dir.TERMINAL_STATES:
         cli.print_warning(f"stale {run_dir.STATUS_FILE} (status {state['status']}): {state['why']}; "
-                                 "starting a new run")
-    pid_file = output_dir / run_dir.PID_FILE
-    if pid_file.exists():
-        pid_file.unlink()  # stale: no live process proved it, and we hold the lock
+                          "starting a new run")
 
 
-def locked_message(output_dir: Path) -> UserError:
-    """The exit-4 answer when flock says another start or run holds O/training.lock."""
-    state = assess(output_dir)
-    who = (f"pid {state['pid']}, status {state['status']}, run {state['run_id']}" if state["alive"]
-           else "a start_training.sh that is launching a run right now")
-    return UserError(f"{output_dir} is locked by a live run ({who})",
-                     f"watch it: python scripts/check_status.py --output-dir {output_dir}; stop it: "
-                     f"python scripts/stop_training.py --output-dir {output_dir}", EXIT_CONFLICT)
+# --------------------------------------------------------------------------- config
 
 
 def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, dict]:
     path = Path(config_file).expanduser().resolve() if config_file else input_dir / "config.json"
     if not path.is_file():
         if config_file:
-            raise UserError(f"config file {path} does not exist", "check --config-file", cli.EXIT_ENV)
+            raise UserError(f"config file {path} does not exist", "check --config-file", EXIT_ENV)
         return path, {}
     cfg = files.read_json_file(path)
     if not isinstance(cfg, dict):
@@ -116,131 +174,133 @@ def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
 
 
 def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path) -> None:
-    """Exit 1 before anything starts when --resume finds no checkpoint (main.py checks the same again)."""
-    from agentic_rl import job_config
-
-    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
-    if job_config.latest_checkpoint(ckpt) is not None:
+    """Exit 1 before anything starts when --resume finds no checkpoint (the job checks the same again)."""
+    if run_dir.latest_checkpoint(output_dir) is not None:
         return
-    save_freq = setting(cfg, overrides, "trainer.save_freq")
     given = _override(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
-    where = f"{source.name}: " if given else ""
-    cause = (f"{where}trainer.save_freq was {save_freq}{'' if given else ' (the default)'}, so the earlier run "
-             "never saved one" if str(save_freq).strip() in ("-1", "0")
-             else "no earlier run saved one in this output folder")
-    raise UserError(f"nothing to resume: no checkpoint in {ckpt} ({job_config.TRACKER} and its global_step_N "
-                    f"folder); {cause}",
-                    "start a fresh run without --resume (set trainer.save_freq > 0 to get checkpoints), or pass "
-                    "the --output-dir of the run that saved them", EXIT_FAIL)
+    raise run_dir.nothing_to_resume(output_dir, setting(cfg, overrides, "trainer.save_freq"),
+                                    source.name if given else None)
 
 
-def cmd_prepare(args, overrides: list[str]) -> int:
-    from agentic_rl import job_config
+def pick_gpus(cfg: dict, config_path: Path, n: int) -> list[int]:
+    """N free GPUs of this host, as check_gpu.py --required N --config F picks them (exit 1 / 3 otherwise)."""
+    data, problem = gpu_select.select(cfg, str(config_path) if config_path.is_file() else None, n)
+    for warning in data["warnings"]:
+        cli.print_warning(warning)
+    if problem is not None:
+        raise problem
+    return data["selected"]
 
-    out = Path(args.output_dir).resolve()
-    refuse_live(out)
+
+# --------------------------------------------------------------------------- the job
+
+
+def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list[int] | None,
+                overrides: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
+           "--output-dir", str(output_dir), "--run-id", run_id]
+    if args.config_file:
+        cmd += ["--config-file", str(Path(args.config_file).expanduser().resolve())]
+    if gpus:
+        cmd += ["--gpus", ",".join(map(str, gpus))]
+    cmd += ["--resume"] * args.resume + ["--rehearse"] * args.rehearse
+    if args.model_endpoint:
+        cmd += ["--model-endpoint", args.model_endpoint]
+    if args.sample is not None:
+        cmd += ["--sample", args.sample]
+    return cmd + (["--", *overrides] if overrides else [])
+
+
+def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in (run_dir.RUN_ID_ENV,)}
+    env.update({run_dir.RUN_ID_ENV: run_id, LOCK_FD_ENV: str(lock_fd), LAUNCH_FD_ENV: str(launch_fd),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
+                "PYTHONSAFEPATH": "1"})
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    return env
+
+
+def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int) -> subprocess.Popen:
+    """The job in its own session (pid == pgid == sid), output appended to the log, stdin closed."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, pass_fds=(lock_fd, launch_fd), cwd=log_path.parent)
+
+
+def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bool:
+    """True once the job is running (or still alive at the end, or already completed); False when it died."""
+    deadline = time.monotonic() + seconds
+    while True:
+        code = proc.poll()
+        st = run_dir.read_status(output_dir) or {}
+        if code is not None:
+            return code == 0 and st.get("status") == "completed"
+        if st.get("status") == "running" or time.monotonic() >= deadline:
+            return True
+        time.sleep(0.1)
+
+
+def launch(args, overrides: list[str]) -> int:
+    check_args(args)
     input_dir = task.resolve_input_dir(args.input_dir)
+    output_dir = run_dir.resolve_output_dir(args.output_dir, input_dir)
+    run_dir.prepare(output_dir)
+    lock_fd = take_lock(output_dir)
+    refuse_live(output_dir)
     source, cfg = load_user_config(input_dir, args.config_file)
     if args.resume:
-        check_resume(out, cfg, overrides, source)
-    n = 0 if args.rehearse else gpus_needed(cfg, overrides, source.name)
-    print(job_config.new_run_id(), n)
-    return EXIT_OK
-
-
-def cmd_locked(args, _overrides) -> int:
-    raise locked_message(Path(args.output_dir).resolve())
-
-
-def cmd_selected(_args, _overrides) -> int:
-    """check_gpu.py --json on stdin -> "1,3" (empty when it chose none, e.g. in Ray mode)."""
+        check_resume(output_dir, cfg, overrides, source)
+    gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+    if not args.rehearse and gpus is None:
+        gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
+    run_id = run_dir.new_run_id()
+    mode = "rehearse" if args.rehearse else "train"
+    log_path = output_dir / run_dir.LOG_FILE
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {mode}, "
+                  f"GPUs {','.join(map(str, gpus)) if gpus else 'none'} ===\n")
+    hold_read, hold_write = os.pipe()
     try:
-        data = json.load(sys.stdin).get("data") or {}
-    except (json.JSONDecodeError, AttributeError):
-        raise UserError("check_gpu.py --json printed no JSON envelope", "run it by hand to see why") from None
-    print(",".join(str(int(i)) for i in data.get("selected") or []))
-    return EXIT_OK
+        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides),
+                         job_env(run_id, gpus, lock_fd, hold_read), log_path, lock_fd, hold_read)
+    finally:
+        os.close(hold_read)
+    from agentic_rl.edge import procs
 
-
-def cmd_record(args, _overrides) -> int:
-    """training.pid and training.status (starting) for the job start_training.sh just launched."""
-    out, pid = Path(args.output_dir).resolve(), args.pid
-    # setsid(1) makes the job its own group leader right after fork; wait for that so pgid == pid.
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        try:
-            if os.getpgid(pid) == pid:
-                break
-        except ProcessLookupError:
-            break
-        time.sleep(0.01)
     try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        pgid = pid
-    files.atomic_write_text(out / run_dir.PID_FILE, f"{pid}\n")
-    files.atomic_write_json(out / run_dir.STATUS_FILE, {
-        "status": "starting", "start_time": run_dir.now_iso(), "pid": pid, "pgid": pgid,
-        "proc_start_time": procs.process_start_time(pid), "run_id": args.run_id,
-        "input_dir": str(Path(args.input_dir).resolve()), "output_dir": str(out),
-        "config_file": str(Path(args.config_file).resolve()) if args.config_file else None, "mode": args.mode,
-        "gpus": [int(g) for g in args.gpus.split(",")] if args.gpus else None})
+        run_dir.record_launch(output_dir, pid=proc.pid, proc_start_time=procs.process_start_time(proc.pid),
+                              run_id=run_id, input_dir=input_dir,
+                              config_file=str(source) if args.config_file else None, mode=mode, gpus=gpus)
+    finally:
+        os.close(hold_write)  # EOF: the job reads the record from here on
+        os.close(lock_fd)  # the job holds the lock now
+    if not wait_started(proc, output_dir, float(os.environ.get(START_WAIT_ENV) or 3)):
+        tail = "".join(run_dir.log_tail(output_dir).splitlines(keepends=True)[-20:])
+        raise UserError(f"the job (pid {proc.pid}) exited with code {proc.returncode} within its first seconds; "
+                        f"last lines of {log_path}:\n{tail.rstrip()}",
+                        f"fix what the log says and start again; details: python scripts/check_status.py "
+                        f"--output-dir {output_dir}", EXIT_FAIL)
+    print_started(run_id, proc.pid, mode, gpus, output_dir)
     return EXIT_OK
 
 
-def cmd_wait(args, _overrides) -> int:
-    """Poll up to --seconds: exit 0 once the job is running (or still alive at the end), 1 when it died."""
-    import psutil
-
-    out = Path(args.output_dir).resolve()
-    deadline = time.monotonic() + args.seconds
-    while True:
-        st = run_dir.read_status(out) or {}
-        # The job is the calling shell's unreaped child, so its pid cannot have been reused yet.
-        try:
-            alive = psutil.Process(args.pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            alive = False
-        if not alive:
-            return EXIT_OK if st.get("status") == "completed" else EXIT_FAIL
-        if st.get("status") == "running" or time.monotonic() >= deadline:
-            return EXIT_OK
-        time.sleep(0.2)
-
-
-def build_parser() -> cli.ArgumentParser:
-    parser = cli.ArgumentParser(prog="launcher.py", description=__doc__.split("\n\n")[0],
-                                       epilog="example:\n  python scripts/agentic_rl/launcher.py prepare --output-dir "
-                                              "/tmp/out --input-dir assets/example --rehearse")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    prep = sub.add_parser("prepare", help="refuse a live run / a resume without checkpoint; print RUN_ID N_GPUS")
-    prep.add_argument("--resume", action="store_true")
-    prep.add_argument("--rehearse", action="store_true", help="no GPU count (prints 0)")
-    lock = sub.add_parser("locked", help="explain who holds O/training.lock (exit 4)")
-    sub.add_parser("selected", help="read check_gpu.py --json on stdin, print the selected indices")
-    rec = sub.add_parser("record", help="write training.pid and training.status (starting)")
-    rec.add_argument("--pid", type=int, required=True)
-    rec.add_argument("--run-id", required=True)
-    rec.add_argument("--mode", choices=("train", "rehearse"), required=True)
-    rec.add_argument("--gpus", default="")
-    wait = sub.add_parser("wait", help="exit 1 if the job dies within --seconds")
-    wait.add_argument("--pid", type=int, required=True)
-    wait.add_argument("--seconds", type=float, default=3.0)
-    for p in (prep, lock, rec, wait):
-        p.add_argument("--output-dir", required=True)
-    for p in (prep, rec):
-        p.add_argument("--input-dir", required=True)
-        p.add_argument("--config-file", default="")
-    return parser
+def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:
+    # Commands that work from here: relative to the bundle when we are in it.
+    shown = "scripts" if Path.cwd().resolve() == cli.BUNDLE_DIR.resolve() else str(cli.SCRIPTS_DIR)
+    out = shlex.quote(str(output_dir))
+    print(f"started run {run_id}: pid {pid}, mode {mode}, GPUs {','.join(map(str, gpus)) if gpus else 'none'}\n"
+          f"log:     {output_dir / run_dir.LOG_FILE}\n"
+          f"status:  python {shown}/check_status.py --output-dir {out}\n"
+          f"follow:  tail -f {out}/{run_dir.LOG_FILE}\n"
+          f"stop:    python {shown}/stop_training.py --output-dir {out}")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    commands = {"prepare": cmd_prepare, "locked": cmd_locked, "selected": cmd_selected, "record": cmd_record,
-                "wait": cmd_wait}
-    return cli.run_cli(lambda args: commands[args.cmd](args, overrides), build_parser(), argv)
+    return cli.run_cli(lambda args: launch(args, overrides), build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
 
 def attempt_files(output_dir: Path) -> list[Path]:
     """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999)."""
-    numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / "metrics").glob("attempt-*.jsonl")
+    numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
                 if (m := ATTEMPT_NAME.fullmatch(p.name))]
     files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / run_dir.METRICS_FILE

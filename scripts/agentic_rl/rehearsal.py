@@ -22,9 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import files, task
+from agentic_rl import files, run_dir, task
 
-REHEARSAL_FILE = "rehearsal.json"
 # Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
 ORACLE_DELAY_ENV = "ARL_REHEARSAL_ORACLE_DELAY_S"
 
@@ -194,7 +193,7 @@ def metrics_lines(rep: dict) -> list[dict]:
 
 
 def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
-    files.atomic_write_json(output_dir / REHEARSAL_FILE, rep)
+    files.atomic_write_json(output_dir / run_dir.REHEARSAL_FILE, rep)
     with open(metrics_file, "a", encoding="utf-8") as fh:
         for line in metrics_lines(rep):
             fh.write(json.dumps(line) + "\n")

@@ -30,11 +30,10 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, job_config, rehearsal, run_dir, task
+from agentic_rl import cli, job_config, launcher, rehearsal, run_dir, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl
 
-STATUS_WAIT_S = 10.0
 Failure = job_config.Failure
 
 
@@ -51,14 +50,18 @@ def log(message: str) -> None:
 
 
 def hold_lock(output_dir: Path) -> bool:
-    """Keep O/training.lock for our whole life. True when start_training.sh handed it over on fd 9."""
+    """Keep O/training.lock for our whole life. True when the launcher handed it over (ARL_LOCK_FD)."""
     lock_path = output_dir / run_dir.LOCK_FILE
-    try:
-        if os.path.samestat(os.fstat(9), os.stat(lock_path)):
-            return True
-    except OSError:
-        pass
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    handed = os.environ.pop(launcher.LOCK_FD_ENV, "")
+    if handed.isdigit():
+        fd = int(handed)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock_path)):
+                os.set_inheritable(fd, False)  # the services and agents must not hold it past us
+                return True
+        except OSError:
+            pass
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -69,21 +72,29 @@ def hold_lock(output_dir: Path) -> bool:
     return False
 
 
+def wait_for_launch_record() -> None:
+    """Block until the launcher has written our launch record: it closes its end of this pipe after."""
+    handed = os.environ.pop(launcher.LAUNCH_FD_ENV, "")
+    if handed.isdigit():
+        fd = int(handed)
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
-    """Wait for start_training.sh's status (pid == ours), else write our own; then add our fields."""
+    """Started by the launcher: its record is there. By hand: write our own launch record. Then add fields."""
     from agentic_rl.edge import procs
 
-    deadline = time.monotonic() + (STATUS_WAIT_S if handed_over else 0)
-    while (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
-        files.atomic_write_json(output_dir / run_dir.STATUS_FILE, {
-            "status": "starting", "start_time": run_dir.now_iso(), "pid": os.getpid(),
-            "pgid": os.getpgid(0), "proc_start_time": procs.process_start_time(os.getpid())})
-        files.atomic_write_text(output_dir / run_dir.PID_FILE, f"{os.getpid()}\n")
-    # Not update_status(**fields): "output_dir" is both its parameter and a status field.
-    files.atomic_write_json(output_dir / run_dir.STATUS_FILE, {**(run_dir.read_status(output_dir) or {}),
-                                                                      **fields})
+    if not handed_over or (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
+        run_dir.record_launch(output_dir, pid=os.getpid(), proc_start_time=procs.process_start_time(os.getpid()),
+                              run_id=fields["run_id"], input_dir=Path(fields["input_dir"]),
+                              config_file=fields["config_file"], mode=fields["mode"], gpus=fields["gpus"])
+    run_dir.update_status(output_dir, **fields)
 
 
 class Run:
@@ -91,7 +102,7 @@ class Run:
         self.args, self.overrides = args, overrides
         self.input_dir = task.resolve_input_dir(args.input_dir)
         self.output_dir = run_dir.resolve_output_dir(args.output_dir, self.input_dir)
-        self.run_id = args.run_id or os.environ.get(run_dir.RUN_ID_ENV) or job_config.new_run_id()
+        self.run_id = args.run_id or os.environ.get(run_dir.RUN_ID_ENV) or run_dir.new_run_id()
         os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
         self.mode = "rehearse" if args.rehearse else "train"
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
@@ -143,9 +154,7 @@ class Run:
         else:
             log(final["status"])
         self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
-        pid_file = self.output_dir / run_dir.PID_FILE
-        if pid_file.is_file() and pid_file.read_text().strip() == str(os.getpid()):
-            pid_file.unlink()
+        run_dir.release_pid_file(self.output_dir, os.getpid())
         return code
 
     def outcome(self, exc: BaseException | None) -> tuple[int, dict]:
@@ -165,7 +174,7 @@ class Run:
             traceback.print_exception(exc)
             component = "trainer" if self.mode == "train" else "rehearsal"
             exc = Failure(component, job_config.classify_failure(
-                f"{job_config.log_tail(self.output_dir)}\n{exc!r}"))
+                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"))
         return exc.code, {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
 
     def start_services(self, plan) -> None:
@@ -177,9 +186,9 @@ class Run:
         for name in ("gateway", "controller"):
             try:
                 if name == "gateway":
-                    self.gateway = agl.start_gateway(self.output_dir / "logs", plan.model, env)
+                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env)
                 else:
-                    self.controller = agl.start_controller(self.output_dir / "logs", self.gateway, plan.tuning,
+                    self.controller = agl.start_controller(self.output_dir / run_dir.LOGS_DIR, self.gateway, plan.tuning,
                                                                 env)
             except UserError as exc:
                 raise Failure(name, exc.message) from None
@@ -234,7 +243,7 @@ class Run:
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
         rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
-            f"{rep['judge_errors']} judge errors -> {self.output_dir / rehearsal.REHEARSAL_FILE}")
+            f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         if rep["failed"]:
             first = next(r for r in rep["rows"] if r["state"] != "succeeded")
             raise Failure("agent", f"{rep['failed']} of {rep['rollouts']} rollouts failed; first: row "
@@ -256,8 +265,8 @@ class Run:
             run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
         except Exception as exc:
             raise Failure("trainer", job_config.classify_failure(
-                f"{job_config.log_tail(self.output_dir)}\n{exc!r}")) from None
-        if plan.resumed_from is not None and not job_config.trained_past(plan.metrics_file, plan.resumed_from):
+                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
+        if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
             raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
                                      "total_training_steps already done?)")
 
@@ -314,8 +323,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
+        wait_for_launch_record()
         run = Run(args, overrides)
-        run.output_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.prepare(run.output_dir)
         handed_over = hold_lock(run.output_dir)
         init_status(run.output_dir, handed_over, {
             "run_id": run.run_id, "input_dir": str(run.input_dir), "output_dir": str(run.output_dir),

@@ -5,8 +5,15 @@ PY := $(VENV)/bin/python
 VERL_VENV := .venv-verl
 STAMP := $(VENV)/.installed
 VERL_STAMP := $(VERL_VENV)/.installed
+# uv comes with the test extra; the GPU stack needs its --override (see tools/train-overrides.txt).
+UV := $(VENV)/bin/uv
+TRAIN_IN := tools/train-stack.in
+TRAIN_OVERRIDES := tools/train-overrides.txt
+TRAIN_LOCK := tools/train-stack.lock.txt
+# FLASH_ATTN=0 skips the flash-attn build (then set attn_implementation to sdpa yourself).
+FLASH_ATTN ?= 1
 
-.PHONY: test lint demo bench install verl-venv clean
+.PHONY: test lint demo bench install verl-venv clean install-train check-train-deps lock-train
 
 install: $(STAMP)
 
@@ -28,7 +35,25 @@ lint: $(STAMP)
 	@rm -rf build/skill-lint && mkdir -p build/skill-lint/agentic-rl && cp SKILL.md build/skill-lint/agentic-rl/ \
 	  && $(VENV)/bin/agentskills validate build/skill-lint/agentic-rl
 
-test: $(STAMP) $(VERL_STAMP) lint
+# GPU machines: the training stack (verl 0.8.0, vllm 0.22.0, torch 2.11.0 cu130, flash-attn 2.8.3)
+# into .venv, from the lock that check-train-deps proves; see README.md "GPU set-up".
+install-train: $(STAMP)
+	$(UV) pip install --python $(PY) -r $(TRAIN_LOCK) --override $(TRAIN_OVERRIDES)
+	@if [ "$(FLASH_ATTN)" != 0 ]; then tools/install_flash_attn.sh $(UV) $(PY); fi
+	$(PY) -c 'import torch, vllm, verl.trainer.main_ppo, agentlightning.verl; \
+	  print("train stack ok: torch", torch.__version__, "cuda", torch.cuda.is_available(), "vllm", vllm.__version__)'
+
+# Metadata-only resolve of the stack for Python 3.12 / x86_64-manylinux_2_28 (no wheel download);
+# "skipped: registry unreachable" and exit 0 only when the registry cannot be connected to.
+check-train-deps: $(STAMP)
+	tools/check_train_deps.sh $(UV) $(PY)
+
+lock-train: $(STAMP)
+	$(UV) pip compile pyproject.toml $(TRAIN_IN) --override $(TRAIN_OVERRIDES) --python $(PY) \
+	  --python-version 3.12 --python-platform x86_64-manylinux_2_28 --no-python-downloads \
+	  --custom-compile-command 'make lock-train' --quiet -o $(TRAIN_LOCK)
+
+test: $(STAMP) $(VERL_STAMP) lint check-train-deps
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

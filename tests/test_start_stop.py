@@ -190,7 +190,7 @@ def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
     wait_for(lambda: status(out).get("status") in run_dir.TERMINAL_STATES, "the train run to end", 90)
     # No trainer here (no torch): it fails before any service starts, with the extra to install.
     st = status(out)
-    assert st["status"] == "failed" and st["failed_component"] == "trainer" and "agentic-rl[train]" in st["reason"]
+    assert st["status"] == "failed" and st["failed_component"] == "trainer" and "make install-train" in st["reason"]
     assert "services" not in st and "[main] gateway" not in log_text(out)
     wait_for(lambda: not carriers(st["run_id"]), "the job to finish its clean-up and exit", 30)
 

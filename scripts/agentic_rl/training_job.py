@@ -254,8 +254,8 @@ class Run:
         try:
             return agl.trainer_entrypoint()
         except ImportError as exc:
-            raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the train extra on a GPU "
-                                     "machine: pip install 'agentic-rl[train]')", cli.EXIT_ENV) from None
+            raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the GPU stack on a GPU "
+                                     "machine: make install-train)", cli.EXIT_ENV) from None
 
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray

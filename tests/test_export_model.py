@@ -145,6 +145,17 @@ def fake_checkpoint(out: Path, step: int, tracker: int | None, complete: bool = 
     return actor
 
 
+@needs_verl
+def test_a_merger_failure_is_exit_1_with_its_log_and_leaves_no_target(tmp_path):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)  # shards of one byte: VERL's merger cannot load them
+    proc = run_export("--output-dir", str(out), "--json")
+    assert proc.returncode == 1, proc.stderr
+    err = envelope(proc)["error"]
+    assert "VERL's model merger exited" in err["message"] and "export-global_step_3.log" in err["hint"]
+    assert not (out / "export" / "global_step_3").exists() and not list((out / "export").glob("*.partial-*"))
+
+
 def test_no_checkpoint_is_exit_1(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

@@ -87,11 +87,11 @@ def test_skill_names_only_existing_scripts_and_flags():
             assert flag in helps[name], f"scripts/{name} has no flag {flag} (named in the docs)"
 
 
-def test_skill_is_short_and_covers_nine_steps():
+def test_skill_is_short_and_covers_ten_steps():
     text = (ROOT / "SKILL.md").read_text()
     assert len(text.splitlines()) < 500
     assert text.startswith("---\nname: agentic-rl\n")
-    for step in range(1, 10):
+    for step in range(1, 11):
         assert f"## Step {step}." in text
 
 

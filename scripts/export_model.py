@@ -39,8 +39,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agentic_rl import common, export
-from agentic_rl.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl import cli, export, run_dir, task
+from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 
 def step_arg(text: str) -> int | None:
@@ -52,8 +52,8 @@ def step_arg(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
         prog="export_model.py", description=__doc__.split("\n\n")[0],
         epilog="example:\n  python scripts/export_model.py --output-dir /tmp/out\n"
                "  python scripts/export_model.py --output-dir /tmp/out --step 20 --target /srv/models/mine --force")
@@ -67,70 +67,70 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--model-endpoint", action="append", default=[], metavar="URL",
                         help="an OpenAI-compatible /v1 URL: the base model's first, then the trained one's")
     parser.add_argument("--input-dir", help="the task folder for --compare (default: the run's, else $EVO_INPUT_DIR)")
-    common.add_common_flags(parser)
+    cli.add_common_flags(parser)
     return parser
 
 
 def render_export(checks: list, data: dict) -> None:
     print(f"exported global_step_{data['step']} of {Path(data['checkpoint']).parents[2]} -> {data['target']}"
-          if common.checks_ok(checks) else f"merged global_step_{data['step']}, but the result failed its checks")
-    print(common.render_checks(checks))
+          if cli.checks_ok(checks) else f"merged global_step_{data['step']}, but the result failed its checks")
+    print(cli.render_checks(checks))
     base = data["base_model"]
     if data.get("kind") == "lora_adapter":
         print(f"LoRA adapter (not merged): {data['adapter_dir']}; {data['target']} holds the base weights of "
               f"{base.get('name')}. Serve both: vllm serve {data['target']} --enable-lora "
               f"--lora-modules trained={data['adapter_dir']}")
-    elif common.checks_ok(checks):
+    elif cli.checks_ok(checks):
         print(f"full weights ({data.get('dtype')}); serve them: vllm serve {data['target']}")
 
 
 def render_compare(result: dict) -> None:
     rows = [{"model": role, "endpoint": r["endpoint"], "rows": r["rows"], "mean reward": r["mean_reward"],
              "failed": r["failed"]} for role, r in result["results"].items()]
-    print(common.render_table(rows))
+    print(cli.render_table(rows))
     if result["delta"] is not None:
         print(f"trained - base: {result['delta']:+g}")
 
 
 def body(args) -> int:
-    output_dir = common.resolve_output_dir(args.output_dir)
+    output_dir = run_dir.resolve_output_dir(args.output_dir)
     if args.compare:
         from agentic_rl import compare
 
         if args.step is not None or args.target or args.force:
             raise UserError("--compare scores servers; --step, --target and --force belong to the export",
                             "run the export and the comparison as two commands", EXIT_USAGE)
-        input_dir = args.input_dir or (common.read_status(output_dir) or {}).get("input_dir")
-        result = compare.compare(output_dir, common.resolve_input_dir(input_dir), args.model_endpoint)
+        input_dir = args.input_dir or (run_dir.read_status(output_dir) or {}).get("input_dir")
+        result = compare.compare(output_dir, task.resolve_input_dir(input_dir), args.model_endpoint)
         if args.json:
             err = None if result["ok"] else {"message": "some rollouts failed or no row was scored",
                                              "hint": f"see training.log under {output_dir / compare.COMPARE_DIR}"}
-            common.print_json(common.envelope(result["ok"], data=result, error=err))
+            cli.print_json(cli.envelope(result["ok"], data=result, error=err))
         else:
             render_compare(result)
         if not result["ok"]:
-            common.print_error("some rollouts failed or no row was scored: the means are not comparable",
+            cli.print_error("some rollouts failed or no row was scored: the means are not comparable",
                                f"see training.log under {output_dir / compare.COMPARE_DIR}")
         return EXIT_OK if result["ok"] else EXIT_FAIL
     if args.model_endpoint or args.input_dir:
         raise UserError("--model-endpoint and --input-dir work only with --compare", "add --compare", EXIT_USAGE)
     target = Path(args.target).expanduser() if args.target else None
     checks, data = export.export(output_dir, args.step, target, args.force)
-    ok = common.checks_ok(checks)
+    ok = cli.checks_ok(checks)
     failed = [c for c in checks if c.status == "fail"]
     left = f"; the merged folder is left at {data['left_at']}" if data.get("left_at") else ""
     if args.json:
         err = None if ok else {"message": failed[0].message, "hint": failed[0].hint + left}
-        common.print_json(common.envelope(ok, checks=[c.to_dict() for c in checks], data=data, error=err))
+        cli.print_json(cli.envelope(ok, checks=[c.to_dict() for c in checks], data=data, error=err))
     else:
         render_export(checks, data)
     for c in failed:
-        common.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint + left)
+        cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint + left)
     return EXIT_OK if ok else EXIT_FAIL
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(body, build_parser(), argv)
+    return cli.run_cli(body, build_parser(), argv)
 
 
 if __name__ == "__main__":

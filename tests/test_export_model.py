@@ -23,7 +23,7 @@ from pathlib import Path
 
 import export_model
 import pytest
-from agentic_rl import common, export, rehearsal
+from agentic_rl import export, files, rehearsal, run_dir
 from agentic_rl.edge import procs, verl_merge
 from conftest import EXAMPLE, ROOT, run_script
 
@@ -57,7 +57,7 @@ def make_run(root: Path, lora: bool, port: str) -> Path:
     (out / "resolved_config.yaml").write_text(
         "# VERL 0.8.0's defaults (ppo_trainer.yaml) were merged.\nactor_rollout_ref:\n  model:\n"
         f"    path: {root / 'base'}\n    lora_rank: {4 if lora else 0}\n")
-    common.atomic_write_json(out / common.STATUS_FILE, {"status": "completed", "pid": 999999999, "run_id": "run-x"})
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "pid": 999999999, "run_id": "run-x"})
     return root
 
 
@@ -212,9 +212,9 @@ def test_a_step_the_live_run_is_writing_is_exit_4(tmp_path, capsys):
     fake_checkpoint(out, 4, None)
     run_id = "run-export-live"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ,
-                             common.RUN_ID_ENV: run_id}, stdin=subprocess.DEVNULL)
+                             run_dir.RUN_ID_ENV: run_id}, stdin=subprocess.DEVNULL)
     try:
-        common.atomic_write_json(out / common.STATUS_FILE, {
+        files.atomic_write_json(out / run_dir.STATUS_FILE, {
             "status": "running", "pid": child.pid, "proc_start_time": procs.process_start_time(child.pid),
             "run_id": run_id})
         assert export_model.main(["--output-dir", str(out), "--step", "4"]) == 4
@@ -286,7 +286,7 @@ def test_compare_scores_two_servers_through_the_rehearsal(example_task, tmp_path
     assert base["mean_reward"] == 0.0 and trained["mean_reward"] == 1.0 and data["delta"] == 1.0
     assert (out / "compare" / "trained" / "rehearsal.json").is_file()
     for role in ("base", "trained"):
-        run_id = common.read_status(out / "compare" / role)["run_id"]
+        run_id = run_dir.read_status(out / "compare" / role)["run_id"]
         assert procs.find_run_processes(run_id) == []
 
 

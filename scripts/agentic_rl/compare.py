@@ -22,8 +22,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from agentic_rl import common, model_files, rehearsal
-from agentic_rl.common import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl import cli, model_files, run_dir, task
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
 
 ROLES = ("base", "trained")
 COMPARE_DIR = "compare"
@@ -33,7 +33,7 @@ def agl_python() -> str:
     """A Python with agentlightning (the rehearsal's gateway and controller): this one, else the bundle's .venv."""
     if importlib.util.find_spec("agentlightning") is not None:
         return sys.executable
-    venv = common.BUNDLE_DIR / ".venv" / "bin" / "python"
+    venv = cli.BUNDLE_DIR / ".venv" / "bin" / "python"
     probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('agentlightning') else 1)"
     if venv.exists() and subprocess.run([str(venv), "-c", probe], stdin=subprocess.DEVNULL, capture_output=True,
                                         timeout=60).returncode == 0:
@@ -44,7 +44,7 @@ def agl_python() -> str:
 
 def expected_model_name(input_dir: Path) -> str:
     """The model name the gateway puts in every request (job_config.resolve_model's answer)."""
-    name = common.load_agent_config(input_dir)["model_name"]
+    name = task.load_agent_config(input_dir)["model_name"]
     found = model_files.resolve_model(name)
     return str(found) if found else name
 
@@ -69,20 +69,20 @@ def served_models(url: str, timeout: float = 5.0) -> list[str] | None:
 def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
     """One rehearsal against url; its test split as {rows, mean_reward, failed, exit_code, status}."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / rehearsal.REHEARSAL_FILE).unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != common.RUN_ID_ENV}  # a run id of its own
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(common.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
+    (out / run_dir.REHEARSAL_FILE).unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != run_dir.RUN_ID_ENV}  # a run id of its own
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
                PYTHONSAFEPATH="1")
     cmd = [python, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir), "--output-dir", str(out),
            "--rehearse", "--model-endpoint", url]
-    with open(out / common.LOG_FILE, "ab") as log:
+    with open(out / run_dir.LOG_FILE, "ab") as log:
         code = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    st = common.read_status(out) or {}
+    st = run_dir.read_status(out) or {}
     try:
-        rep = json.loads((out / rehearsal.REHEARSAL_FILE).read_text(encoding="utf-8"))
+        rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise UserError(f"the rehearsal against {url} ended {st.get('status')} without a report: {st.get('reason')}",
-                        f"see {out / common.LOG_FILE}", EXIT_FAIL) from None
+                        f"see {out / run_dir.LOG_FILE}", EXIT_FAIL) from None
     test = (rep.get("splits") or {}).get("test") or {}
     return {"endpoint": url, "rows": test.get("rollouts", 0), "mean_reward": test.get("mean_reward"),
             "failed": test.get("failed", 0), "exit_code": code, "status": st.get("status"), "report": str(out)}

@@ -17,8 +17,8 @@ import re
 import shutil
 from pathlib import Path
 
-from agentic_rl import common, job_config, model_files
-from agentic_rl.common import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
+from agentic_rl import cli, files, job_config, model_files, run_dir, task
+from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
 
 EXPORT_DIR = "export"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
@@ -41,17 +41,16 @@ def step_folders(ckpt_dir: Path) -> list[int]:
 
 
 def run_state(output_dir: Path) -> dict:
-    """Whether a run lives in O: launcher.assess's proof (pid + start time + run id, or run-id carriers)."""
-    from agentic_rl import launcher
+    """Whether a run lives in O: run_dir.assess's proof (pid + start time + run id, or run-id carriers)."""
 
-    state = launcher.assess(output_dir)
+    state = run_dir.assess(output_dir)
     return {"live": bool(state["alive"] or state["carriers"]), "status": state["status"], "run_id": state["run_id"],
             "pid": state["pid"]}
 
 
 def tracker_step(ckpt_dir: Path) -> int | None:
     """The step the tracker names (None when there is no tracker); a garbled tracker is an error."""
-    path = ckpt_dir / job_config.TRACKER
+    path = ckpt_dir / run_dir.TRACKER
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip()
     except FileNotFoundError:
@@ -67,7 +66,7 @@ def actor_problems(actor_dir: Path) -> list[str]:
     """What the merger needs and this folder lacks: fsdp_config.json, every rank's model shard, huggingface/."""
     problems: list[str] = []
     try:
-        world = int(common.read_json_file(actor_dir / "fsdp_config.json")["world_size"])
+        world = int(files.read_json_file(actor_dir / "fsdp_config.json")["world_size"])
     except (UserError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"fsdp_config.json is missing or has no world_size ({getattr(exc, 'message', exc)})")
         world = 0
@@ -82,7 +81,7 @@ def actor_problems(actor_dir: Path) -> list[str]:
 
 def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
     """The finished checkpoint to export: {step, actor_dir, tracker}. Raises UserError (1, or 4 while live)."""
-    ckpt = output_dir / common.CHECKPOINTS_DIR
+    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
     steps = step_folders(ckpt)
     tracked = tracker_step(ckpt)
     status = f"python scripts/check_status.py --output-dir {output_dir}"
@@ -94,12 +93,12 @@ def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
     if want is None:
         want = steps[-1]
     if want not in steps:
-        raise UserError(f"no global_step_{want} folder in {ckpt}" + (f" (the tracker names it; {job_config.TRACKER} "
+        raise UserError(f"no global_step_{want} folder in {ckpt}" + (f" (the tracker names it; {run_dir.TRACKER} "
                         "outlived its folder)" if want == tracked else ""),
                         f"steps there: {', '.join(map(str, steps))}; pass --step N", EXIT_FAIL)
     if tracked is None or want > tracked:
-        why = (f"{job_config.TRACKER} is missing" if tracked is None
-               else f"{job_config.TRACKER} names step {tracked}")
+        why = (f"{run_dir.TRACKER} is missing" if tracked is None
+               else f"{run_dir.TRACKER} names step {tracked}")
         if live:
             raise UserError(f"global_step_{want} is still being written by the live run ({why}; VERL writes the "
                             "tracker after the whole step is saved)",
@@ -138,9 +137,9 @@ def base_model(output_dir: Path) -> dict:
     path, rank = _resolved_model(output_dir)
     source, name = "resolved_config.yaml", path
     if path is None:
-        input_dir = (common.read_status(output_dir) or {}).get("input_dir") or os.environ.get("EVO_INPUT_DIR")
+        input_dir = (run_dir.read_status(output_dir) or {}).get("input_dir") or os.environ.get("EVO_INPUT_DIR")
         try:
-            name = common.load_agent_config(Path(input_dir))["model_name"] if input_dir else None
+            name = task.load_agent_config(Path(input_dir))["model_name"] if input_dir else None
         except UserError:
             name = None
         source = "agent.json"
@@ -155,7 +154,7 @@ def default_target(output_dir: Path, step: int) -> Path:
 def check_target(target: Path, output_dir: Path, force: bool) -> None:
     """Refuse a target that would clobber data: an existing folder without --force, a non-model folder,
     a folder inside the checkpoints or holding the run folder."""
-    ckpt = (output_dir / common.CHECKPOINTS_DIR).resolve()
+    ckpt = (output_dir / run_dir.CHECKPOINTS_DIR).resolve()
     if target == ckpt or ckpt in target.parents or target == output_dir or target in output_dir.parents:
         raise UserError(f"--target {target} overlaps the run folder {output_dir} or its checkpoints",
                         f"pick a new folder, e.g. {output_dir / EXPORT_DIR}/NAME", EXIT_USAGE)
@@ -237,7 +236,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
                         f"its whole output is in {log}", EXIT_FAIL)
     checks, proof = prove(staging, base)
     data.update(proof)
-    if not common.checks_ok(checks):
+    if not cli.checks_ok(checks):
         data["left_at"] = str(staging)  # kept for a look; nothing of the user's was replaced
         return checks, data
     old = target.with_name(f"{target.name}.old-{os.getpid()}") if target.exists() else None

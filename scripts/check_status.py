@@ -2,6 +2,7 @@
 """Step 8: the state of the run in an output folder: alive or not, progress, health, the log's tail.
 
 Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS]] [--plot FILE.png]
+       check_status.py --samples N [--split train|val] [--worst | --best] [--step S] [--json]
 
 "Alive" is proved, not assumed: the pid in training.status must have the recorded start time
 and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run. A status that says
@@ -11,6 +12,14 @@ running while that process is gone reads as `failed (vanished)`.
     status     running (alive)   run run-20261202-231500-ab12cd, mode train, pid 4242, up 0:12:03
     progress   [######------------------------] 20.0%  step 8/40, median step 41.2 s, ETA 0:21:58
     ...
+
+`--samples N` shows what the policy wrote instead: the latest N rollout samples (O/samples), one
+block each with prompt, response, reward and flags, then the health flags only samples show:
+
+    $ python scripts/check_status.py --output-dir /tmp/out --samples 1 --split val --worst
+    -- val step 0  row arith-test-00007  reward 0.0  truncated  (rollout 3f2a..., 256 tokens, length)
+    prompt:   [system] You are a careful calculator. ... [user] Compute the value of ...
+    response: Let me think step by step about (3 + 4) ...
 
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
 1 failed or vanished; 2 no run found in O.
@@ -23,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, metrics_reader, run_dir, run_health
+from agentic_rl import cli, files, metrics_reader, run_dir, run_health, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 TAIL_BLOCK = 64 * 1024
@@ -110,10 +119,59 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
         "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
-        "flags": run_health.flags(history, judge_errors, rollouts),
+        "flags": with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir),
         "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
     }
+
+
+def with_sample_flags(flags: list[dict], output_dir: Path) -> list[dict]:
+    judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
+    return flags + run_health.sample_flags(samples.read(output_dir, recent_only=True), judged)
+
+
+def collect_samples(output_dir: Path, args) -> dict:
+    """The --samples view as data: the chosen samples, with their marks, and the flags from samples."""
+    st = run_dir.read_status(output_dir)
+    if st is None:
+        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
+                        "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
+    every = samples.read(output_dir)
+    order = "worst" if args.worst else "best" if args.best else "latest"
+    chosen = samples.select(every, args.samples, args.split, args.step, order)
+    dups = samples.duplicate_responses(run_health.sample_window(every) + chosen)
+    return {"status": st.get("status"), "run_id": st.get("run_id"), "order": order, "split": args.split,
+            "step": args.step, "samples": [{**s, "marks": samples.marks(s, dups)} for s in chosen],
+            "total": len(every), "counts": samples.read_state(output_dir),
+            "flags": run_health.sample_flags(every), "output_dir": str(output_dir)}
+
+
+def render_samples(data: dict) -> str:
+    if not data["samples"]:
+        where = " ".join(x for x in (data["split"] and f"split {data['split']}",
+                                     data["step"] is not None and f"step {data['step']}") if x)
+        text = (f"no samples{' for ' + where if where else ''} ({data['total']} in {data['output_dir']}/"
+                f"{samples.DIR})")
+    else:
+        blocks = []
+        for s in data["samples"]:
+            reward = "none" if s.get("reward") is None else f"{s['reward']:.4g}"
+            head = (f"-- {s.get('split')} step {s.get('step')}  row {s.get('row_id')}  reward {reward}  "
+                    f"{' '.join(s['marks']) or 'ok'}  (rollout {s.get('rollout_id')}, {s.get('response_tokens')} "
+                    f"tokens, {s.get('finish_reason')}, {s.get('time')})")
+            lines = [head, "prompt:   " + _indent(s.get("prompt") or ""), "response: " + _indent(s.get("response") or "")]
+            for key in ("reason", "error"):
+                if s.get(key):
+                    lines.append(f"{key + ':':9} {s[key]}")
+            blocks.append("\n".join(lines))
+        text = "\n\n".join(blocks)
+    for f in data["flags"]:
+        text += f"\nFLAG {f['flag']}: {f['message']} -- {f['hint']}"
+    return text
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n          ")
 
 
 def exit_code(data: dict) -> int:
@@ -178,7 +236,10 @@ def plot(output_dir: Path, target: Path) -> None:
         raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", cli.EXIT_ENV) from None
     history = metrics_reader.load_history(output_dir)
     ckpts = run_dir.checkpoint_steps(output_dir)["steps"]
-    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    fig = plt.figure(figsize=(12, 9))
+    grid = fig.add_gridspec(3, 2, width_ratios=(2, 1))
+    axes = [fig.add_subplot(grid[0, 0])]
+    axes += [fig.add_subplot(grid[i, 0], sharex=axes[0]) for i in (1, 2)]
     for ax, names, title in ((axes[0], ("reward", "val_reward"), "reward"), (axes[1], ("response_length",), "response length"),
                              (axes[2], ("entropy",), "entropy")):
         for name in names:
@@ -189,10 +250,32 @@ def plot(output_dir: Path, target: Path) -> None:
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title)
         ax.legend(loc="best") if ax.get_legend_handles_labels()[0] else None
+    reward_distribution(fig.add_subplot(grid[:, 1]), samples.read(output_dir))
     axes[-1].set_xlabel("step (dotted lines: checkpoints)")
     fig.tight_layout()
     fig.savefig(target, dpi=100)
     plt.close(fig)
+
+
+PLOT_STEPS = 4  # the latest steps whose sample rewards the distribution panel shows
+
+
+def reward_distribution(ax, every: list[dict]) -> None:
+    """Per split, the rewards of the samples of the latest PLOT_STEPS steps, as histograms."""
+    shown = 0
+    for split in ("train", "val"):
+        pool = [s for s in every if s.get("split") == split and s.get("reward") is not None]
+        steps = sorted({s.get("step") for s in pool if isinstance(s.get("step"), int)})[-PLOT_STEPS:]
+        for step in steps:
+            values = [s["reward"] for s in pool if s.get("step") == step]
+            ax.hist(values, bins=20, alpha=0.5, label=f"{split} step {step} (n={len(values)})")
+            shown += 1
+    ax.set_title("reward distribution (samples, latest steps)")
+    ax.set_xlabel("reward")
+    if shown:
+        ax.legend(loc="best", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no samples yet", ha="center", va="center", transform=ax.transAxes)
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -202,7 +285,14 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--lines", type=int, default=20, help="log lines to show (default 20)")
     parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
                         help="redraw every SECONDS (default 5) until the run ends")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step, "
+                                                            "and the sample rewards of the latest steps")
+    parser.add_argument("--samples", type=int, metavar="N", help="show the latest N rollout samples instead of the status")
+    parser.add_argument("--split", choices=("train", "val"), help="with --samples: only this split")
+    parser.add_argument("--step", type=int, metavar="S", help="with --samples: only this step")
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument("--worst", action="store_true", help="with --samples: the N lowest rewards")
+    order.add_argument("--best", action="store_true", help="with --samples: the N highest rewards")
     cli.add_common_flags(parser)
     return parser
 
@@ -234,9 +324,20 @@ def watch(output_dir: Path, args) -> int:
 
 def body(args) -> int:
     output_dir = run_dir.resolve_output_dir(args.output_dir)
+    if args.samples is None and (args.split or args.step is not None or args.worst or args.best):
+        raise UserError("--split, --step, --worst and --best go with --samples N", "add e.g. --samples 5", EXIT_USAGE)
+    if args.samples is not None and (args.samples < 0 or args.watch is not None):
+        raise UserError("--samples takes N >= 0 and no --watch", "e.g. --samples 5", EXIT_USAGE)
     if args.plot:
         plot(output_dir, Path(args.plot))
         print(f"wrote {args.plot}", file=sys.stderr)
+    if args.samples is not None:
+        data = collect_samples(output_dir, args)
+        if args.json:
+            cli.print_json(cli.envelope(data["status"] != "failed", data=data))
+        else:
+            print(render_samples(data))
+        return EXIT_FAIL if data["status"] == "failed" else EXIT_OK
     if args.watch is not None:
         return watch(output_dir, args)
     data = collect(output_dir, args.lines)

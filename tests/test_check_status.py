@@ -131,6 +131,22 @@ def test_val_reward_falling_while_train_rises_and_entropy_spike(tmp_path):
     assert flags["overfitting"]["step"] == 10 and flags["entropy_spike"]["value"] == 4.0
 
 
+def test_overfitting_compares_train_and_val_over_the_last_evaluations(tmp_path):
+    """A training-shaped history as VERL's FileLogger writes it (orjson; steps without validation hold no
+    val key): val is judged over its last 3 evaluations, and train over the same steps."""
+    def val_at_8_9_10(values):
+        return lambda s: values.get(s)  # None elsewhere: orjson writes null, which is no evaluation
+
+    falling = val_at_8_9_10({8: 0.6, 9: 0.5, 10: 0.4})
+    rising = flag_names(tmp_path, training__reward=lambda s: 0.1 * s, val__reward=falling)
+    assert set(rising) == {"overfitting"} and rising["overfitting"]["step"] == 10
+    assert "0.6 -> 0.4" in rising["overfitting"]["message"] and "0.8 -> 1" in rising["overfitting"]["message"]
+    # train rose early on but falls over those evaluations too: not overfitting
+    assert flag_names(tmp_path, training__reward=lambda s: 0.1 * s if s <= 6 else 1.2 - 0.1 * s, val__reward=falling) == {}
+    # a val that dipped once (0.5, 0.7, 0.4) is not falling over the last 3 evaluations
+    assert flag_names(tmp_path, training__reward=lambda s: 0.1 * s, val__reward=val_at_8_9_10({8: 0.5, 9: 0.7, 10: 0.4})) == {}
+
+
 def test_stalled_run_with_a_live_process(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": "stall-run"})
     try:
@@ -421,7 +437,7 @@ def test_plot_writes_a_decodable_png(tmp_path):
     import matplotlib.image
 
     img = matplotlib.image.imread(str(target))
-    assert img.shape[:2] == (900, 800)
+    assert img.shape[:2] == (900, 1200)  # the curves, and the sample rewards beside them
 
 
 def test_watch_prints_plain_lines_when_not_a_tty(tmp_path):

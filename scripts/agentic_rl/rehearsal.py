@@ -6,7 +6,13 @@ asked for, i.e. in train mode) with the ground truth of the row whose rendered p
 Or, with --model-endpoint, a real OpenAI-compatible server. Rollouts are created and read back
 through the trainer's own client, AglRolloutManager, so the rehearsal crosses the same data
 path as training: test rows as validation rollouts (1 each), then --sample N train rows with
-`rollout.n` rollouts each.
+`rollout.n` rollouts each. Each rollout's sample (samples.py) is written from the events the
+manager fetched: validation at step 0, train at step 1, as in the metrics lines.
+
+Test-only control: ARL_REHEARSAL_ORACLE_ANSWERS names a JSON file {row id: answer text}; the
+oracle gives that text for that row's prompt instead of its ground truth (a text longer than
+max_tokens comes back cut, finish_reason `length`). Tests use it to make rows truncated, identical
+or wrong; a user has no reason to set it.
 
     >>> srv = OracleServer({"Solve: 1+2": "3"}); srv.start(); srv.url.startswith("http://127.0.0.1:")
     True
@@ -22,10 +28,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import files, run_dir, task
+from agentic_rl import cli, files, run_dir, task
 
 # Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
 ORACLE_DELAY_ENV = "ARL_REHEARSAL_ORACLE_DELAY_S"
+ORACLE_ANSWERS_ENV = "ARL_REHEARSAL_ORACLE_ANSWERS"
 
 
 def _tokens(text: str) -> list[int]:
@@ -104,12 +111,26 @@ class OracleServer:
                           "total_tokens": len(prompt_ids) + len(ids)}}
 
 
-def oracle_answers(rows: list[dict], template: str) -> dict[str, str]:
-    """Rendered prompt -> ground truth text. Two rows with one prompt: the first one's answer wins."""
+def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = None) -> dict[str, str]:
+    """Rendered prompt -> ground truth text (or by_row_id's text for that row). Two rows with one
+    prompt: the first one's answer wins."""
     answers: dict[str, str] = {}
+    by_row_id = by_row_id or {}
     for row in rows:
-        answers.setdefault(task.render_template(template, row), task.response_text(row.get("ground_truth")))
+        text = by_row_id.get(str(row.get("id")), task.response_text(row.get("ground_truth")))
+        answers.setdefault(task.render_template(template, row), str(text))
     return answers
+
+
+def oracle_overrides() -> dict:
+    """The test-only answers file named by ARL_REHEARSAL_ORACLE_ANSWERS, {} when unset."""
+    path = os.environ.get(ORACLE_ANSWERS_ENV)
+    if not path:
+        return {}
+    data = files.read_json_file(path)
+    if not isinstance(data, dict):
+        raise cli.UserError(f"{path}: must be a JSON object {{row id: answer text}}", f"fix {ORACLE_ANSWERS_ENV}")
+    return {str(k): v for k, v in data.items()}
 
 
 def _reward_data(completed: Any) -> dict:
@@ -142,9 +163,25 @@ def _mean(values: list) -> float | None:
     return round(sum(nums) / len(nums), 6) if nums else None
 
 
+def write_samples(writer: Any, completed: list, rows: list[dict], split: str, step: int) -> None:
+    """Each rollout's sample from the events AglRolloutManager already fetched (no request of our own)."""
+    from agentic_rl import samples
+
+    for item in completed:
+        if not writer.wants(item.rollout_id, split):
+            continue
+        state = item.rollout_state
+        writer.add(samples.from_events(item.events, run_id=writer.run_id, rollout_id=item.rollout_id, split=split,
+                                       step=step, row_id=rows[item.sample_idx_in_step].get("id"),
+                                       state=str(getattr(state, "value", state)) if state else None,
+                                       finished_at=item.finished_at, error=item.error_message))
+    writer.flush()
+
+
 def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_rows: list[dict],
-          wrap: Any) -> dict:
-    """Register the model, run the validation rollouts, then the sampled train rollouts; time each."""
+          wrap: Any, writer: Any = None) -> dict:
+    """Register the model, run the validation rollouts, then the sampled train rollouts; time each.
+    With a samples.Writer, each rollout's sample is written as its split ends."""
     timings: dict[str, float] = {}
     manager.delete_model()
     manager.register_model([endpoint])
@@ -157,6 +194,8 @@ def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_
                                                               "index": list(range(len(rows)))}, is_train=is_train)
         timings[f"{split}_s"] = round(time.monotonic() - started, 3)
         results += summarize(completed, rows, split)
+        if writer is not None:
+            write_samples(writer, completed, rows, "train" if is_train else "val", int(is_train))
     return {"results": results, "timings": timings}
 
 

@@ -39,6 +39,7 @@ LOGS_DIR = "logs"  # gateway.log, controller.log
 REHEARSAL_FILE = "rehearsal.json"
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
+SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
 
 RUN_ID_ENV = "EVO_RUN_ID"
 TERMINAL_STATES = ("completed", "failed", "stopped")

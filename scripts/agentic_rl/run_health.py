@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 import statistics
 import time
+from itertools import pairwise
 
+from agentic_rl import samples as samples_mod
 from agentic_rl.metrics_reader import (
     DROPPED_PREFIX,
     KEYS,
@@ -39,6 +41,14 @@ CLIP_RATIO_MAX = 0.2
 ENTROPY_COLLAPSE = 0.3  # latest below 30 % of the early median
 ENTROPY_SPIKE = 3.0  # latest above 3x the early median
 ERROR_SHARE_MAX = 0.1
+VAL_K = 3  # evaluations the overfitting flag looks back over
+# Flags from samples (O/samples, see samples.py): over the latest evaluation and the last SAMPLE_STEPS train steps.
+SAMPLE_MIN = 8  # fewer samples than this raise nothing
+SAMPLE_STEPS = 3
+TRUNCATED_SHARE_MAX = 0.2
+COLLAPSE_SHARE = 0.5  # one response for half the samples ...
+COLLAPSE_MIN_PROMPTS = 4  # ... given to at least this many different prompts
+REWARDED_BAD_SHARE_MAX = 0.1
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
 ROLLOUT_LINE = re.compile(r"AglRolloutManager: completed=(\d+)/(\d+) succeeded=(\d+) failed=(\d+)")
@@ -170,11 +180,69 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
             shown, total = dropped_samples(last["data"]), last["data"][N_COLLECTED]
             add("dropped_samples", last["step"], shown, f"{shown:g} of {total:g} samples dropped (was {was:.0%})",
                 "rollouts are failing or too long: see the controller log and trace_aggregator lengths")
-    train = recent(history, "reward", 1, first=True) + recent(history, "reward", 1)
-    val = recent(history, "val_reward", 3)
-    if len(train) == 2 and train[0] != train[1] and len(val) >= 3 and val[-1][1] < val[-3][1] and train[1][1] > train[0][1]:
-        add("overfitting", val[-1][0], val[-1][1], f"val reward falling ({val[-3][1]:.3g} -> {val[-1][1]:.3g}) "
-            "while train reward rises", "possible overfitting or reward hacking: inspect samples, keep an earlier checkpoint")
+    val = recent(history, "val_reward", VAL_K)
+    if len(val) == VAL_K and all(b <= a for (_, a), (_, b) in pairwise(val)) and val[-1][1] < val[0][1]:
+        # the train reward over the same evaluations: every step from the first of them on is in the last `span`
+        span = history[-1]["step"] - val[0][0] + 1
+        train = [(s, v) for s, v in recent(history, "reward", span) if val[0][0] <= s <= val[-1][0]]
+        if len(train) >= 2 and train[-1][1] > train[0][1]:
+            add("overfitting", val[-1][0], val[-1][1], f"val reward fell over the last {VAL_K} evaluations "
+                f"({val[0][1]:.3g} -> {val[-1][1]:.3g}) while train reward rose ({train[0][1]:.3g} -> "
+                f"{train[-1][1]:.3g})", "possible overfitting or reward hacking: read samples (check_status.py "
+                "--samples 5 --split val --worst), keep an earlier checkpoint")
+    return out
+
+
+def sample_window(samples: list[dict]) -> list[dict]:
+    """The samples the flags judge: the latest evaluation's, and the train ones of the last SAMPLE_STEPS steps."""
+    val = [s for s in samples if s.get("split") == "val"]
+    val_step = val[-1].get("step") if val else None
+    train = [s for s in samples if s.get("split") == "train"]
+    steps = sorted({s.get("step") for s in train if isinstance(s.get("step"), int)})[-SAMPLE_STEPS:]
+    return ([s for s in val if s.get("step") == val_step]
+            + [s for s in train if s.get("step") in steps or not isinstance(s.get("step"), int)])
+
+
+def sample_flags(samples: list[dict], judge_flagged: bool = False) -> list[dict]:
+    """Health flags only samples show, each {"flag", "step", "value", "message", "hint", "examples"}."""
+    window = sample_window(samples)
+    if len(window) < SAMPLE_MIN:
+        return []
+    n, out = len(window), []
+    steps = [s.get("step") for s in window if isinstance(s.get("step"), int)]
+    step = max(steps) if steps else None
+
+    def add(flag, hits, message, hint, value=None):
+        out.append({"flag": flag, "step": step, "value": round(len(hits) / n, 3) if value is None else value,
+                    "message": message, "hint": hint, "examples": [s["rollout_id"] for s in hits[:3]]})
+
+    cut = [s for s in window if samples_mod.truncated(s)]
+    if len(cut) / n > TRUNCATED_SHARE_MAX:
+        add("truncated", cut, f"{len(cut)} of {n} recent responses stopped at max_tokens (finish_reason length)",
+            "raise max_tokens in agent.json (and data.max_response_length), or ask for shorter answers; "
+            "read them: check_status.py --samples 5")
+    by_text: dict[str, list[dict]] = {}
+    for s in window:
+        if not samples_mod.empty(s):
+            by_text.setdefault(samples_mod.norm(str(s.get("response"))), []).append(s)
+    if by_text:
+        same = max(by_text.values(), key=len)
+        prompts = {str(s.get("prompt")) for s in same}
+        if len(same) / n >= COLLAPSE_SHARE and len(prompts) >= COLLAPSE_MIN_PROMPTS:
+            add("collapse", same, f"{len(same)} of {n} recent responses are the same text for {len(prompts)} "
+                f"different prompts: {str(same[0].get('response'))[:80]!r}",
+                "the policy (or the endpoint) answers every prompt alike: check the prompt renders the row, "
+                "lower the lr or stop and resume from an earlier checkpoint")
+    rewarded = [s for s in window if (s.get("reward") or 0) > 0]
+    bad = [s for s in rewarded if samples_mod.truncated(s) or samples_mod.empty(s)]
+    if rewarded and len(bad) / len(rewarded) > REWARDED_BAD_SHARE_MAX:
+        add("rewarded_truncated", bad, f"{len(bad)} of {len(rewarded)} rewarded responses are truncated or empty",
+            "the judge may reward the wrong thing: make judge.py score only a complete answer (show the user "
+            "these samples)", value=round(len(bad) / len(rewarded), 3))
+    judged = [s for s in window if s.get("judge_error")]
+    if len(judged) / n > ERROR_SHARE_MAX and not judge_flagged:
+        add("judge_errors", judged, f"{len(judged)} of {n} recent samples have a judge error: "
+            f"{str(judged[0]['judge_error'])[:120]}", "fix judge.py: those samples train on reward 0")
     return out
 
 

@@ -13,6 +13,9 @@ foreground by hand too (it then takes O/training.lock and writes training.status
     [main] rehearsal: 32 rollouts, mean reward 1.0, 0 failed -> O/rehearsal.json
     [main] completed
 
+Rollout samples go to O/samples (samples.py): the rehearsal writes them from the events it
+fetched; in training a thread here follows the gateway's finished rollouts beside run_ppo.
+
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
 reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
 the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID; training.pid is
@@ -30,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, job_config, launcher, rehearsal, run_dir, task
+from agentic_rl import cli, job_config, launcher, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl
 
@@ -230,12 +233,13 @@ class Run:
         endpoint = self.args.model_endpoint
         if not endpoint:
             template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
-            self.oracle = rehearsal.OracleServer(rehearsal.oracle_answers(test_rows + sample, template),
-                                                 rehearsal.oracle_delay()).start()
+            answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides())
+            self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
+        writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:
-            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_row)
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_row, writer)
         except OSError as exc:
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
@@ -261,14 +265,25 @@ class Run:
         self.ray_started = not plan.joins_ray
         self.status(ray_started_by_run=self.ray_started)
         wrap = job_config.wrap_row
+        collector = self.sample_collector(cfg, plan)
         try:
             run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
         except Exception as exc:
             raise Failure("trainer", job_config.classify_failure(
                 f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
+        finally:
+            collector.stop()  # reads the last rollouts while the gateway is still up
         if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
             raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
                                      "total_training_steps already done?)")
+
+    def sample_collector(self, cfg, plan) -> samples.Collector:
+        """Training's samples: a thread here follows the gateway's finished rollouts (samples.Collector),
+        outside the agents and the trainer, so neither waits for it."""
+        per_step = int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+        writer = samples.Writer(self.output_dir, self.run_id, per_step)
+        step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
+        return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
 
     def shutdown(self) -> list[int]:
         from agentic_rl.edge import procs

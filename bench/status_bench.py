@@ -86,13 +86,13 @@ def summary(out: Path) -> None:
 
 
 def log_figures(tmp: Path, log_gb: float) -> dict:
-    import check_status
+    from agentic_rl import run_status
 
     big, small = tmp / "log-big", tmp / "log-small"
     make_run(big, int(log_gb * 2**30), 0, {})
     make_run(small, 0, 0, {})
     log = big / "training.log"
-    ours = best(lambda: check_status.tail_lines(log, 20))
+    ours = best(lambda: run_status.tail_lines(log, 20))
     tail = best(lambda: subprocess.run(["tail", "-n", "20", str(log)], capture_output=True, check=True))
     cli_big = best(lambda: run_cli("--output-dir", str(big), "--json"), repeats=3)
     cli_small = best(lambda: run_cli("--output-dir", str(small), "--json"), repeats=3)

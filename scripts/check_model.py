@@ -19,7 +19,6 @@ else ~/models), or ORG/NAME in the Hugging Face cache ($HF_HOME/hub). Never touc
 from __future__ import annotations
 
 import difflib
-import json
 import sys
 from pathlib import Path
 
@@ -54,40 +53,6 @@ def row(name: str, info: dict) -> dict:
             "parameters": human_params(info["num_parameters"]), "size": human_bytes(info["size_bytes"]),
             "complete": "yes" if info["complete"] else "NO: " + "; ".join(info["problems"][:2])}
 
-
-def gpu_memory_bytes(override_gb: float | None) -> int | None:
-    if override_gb:
-        return int(override_gb * memory_fit.GiB)
-    try:
-        from agentic_rl.edge import nvml
-
-        totals = [g["memory_total"] for g in nvml.read_gpus() if g.get("memory_total")]
-        return min(totals) if totals else None
-    except Exception:  # no driver here: the user can pass --gpu-memory-gb
-        return None
-
-
-def set_agent(input_dir: Path, model_name: str) -> Path:
-    """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line."""
-    path = task.agent_config_path(input_dir)
-    if path is None:
-        path = input_dir / "agent.json"
-        files.atomic_write_json(path, {"model_name": model_name})
-        return path
-    if path.suffix == ".jsonl":
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.strip())
-        obj = json.loads(lines[first])
-        obj["model_name"] = model_name
-        lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
-        files.atomic_write_text(path, "".join(lines))
-    else:
-        obj = files.read_json_file(path)
-        if not isinstance(obj, dict):
-            raise UserError(f"{path}: not a JSON object", "fix agent.json first")
-        obj["model_name"] = model_name
-        files.atomic_write_json(path, obj)
-    return path
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -137,9 +102,9 @@ def body(args) -> int:
     if args.gpus:
         cfg = files.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
-                                                 gpu_memory_bytes(args.gpu_memory_gb))
+                                                 memory_fit.gpu_memory_bytes(args.gpu_memory_gb))
     if info["complete"] and args.set_agent:
-        data["agent_file"] = str(set_agent(task.resolve_input_dir(args.set_agent), args.model))
+        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), args.model))
     if args.json:
         cli.print_json(cli.envelope(info["complete"], data=data))
     elif not args.list:

@@ -28,166 +28,10 @@ proved, orphans without --force) or something is left; 2 no run in the output fo
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import time
-from pathlib import Path
 
-import psutil
-from agentic_rl import cli, run_dir
+from agentic_rl import cli, run_dir, run_stop
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
-from agentic_rl.edge import procs
-
-# After main.py exits (or a SIGKILL), allow late exits and the driver freeing GPU memory.
-SETTLE_S = 3.0
-GPU_RELEASE_S = 5.0
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Poll until pid is gone or a zombie (it is not our child, so psutil's wait cannot reap it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-
-
-def run_carriers(run_id: str, timeout: float = 0.0) -> list[int]:
-    """Pids still carrying the run id, waiting up to timeout for them to go."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p.pid for p in procs.find_run_processes(run_id, [os.getpid()])]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.2)
-
-
-def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
-    """GPU processes of the run (a pid it had, or one carrying its id); None where NVML is unavailable."""
-    try:
-        from agentic_rl.edge import nvml
-    except ImportError:
-        return None
-    deadline = time.monotonic() + GPU_RELEASE_S
-    while True:
-        try:
-            gpu_procs = nvml.gpu_processes()
-        except nvml.NvmlUnavailable:
-            return None
-        held = []
-        for gp in gpu_procs:
-            try:
-                ours = gp["pid"] in pids or procs.process_run_id(psutil.Process(gp["pid"])) == run_id
-            except psutil.NoSuchProcess:
-                ours = gp["pid"] in pids
-            if ours:
-                held.append(gp)
-        if not held or time.monotonic() >= deadline:
-            return held
-        time.sleep(0.5)
-
-
-def describe(pids: list[int]) -> list[dict]:
-    rows = []
-    for pid in pids:
-        try:
-            cmd = " ".join(psutil.Process(pid).cmdline())[:100]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            cmd = ""
-        rows.append({"pid": pid, "name": procs.process_name(pid), "cmdline": cmd})
-    return rows
-
-
-def terminate(state: dict, timeout: float, report: dict) -> bool:
-    """SIGTERM to the proved main.py's process group, then wait for main.py to finish its clean-up.
-    Returns whether main.py exited."""
-    pid, pgid = int(state["pid"]), state.get("pgid")
-    try:
-        actual = os.getpgid(pid)
-    except ProcessLookupError:
-        return True
-    if pgid and int(pgid) == actual:
-        os.killpg(actual, signal.SIGTERM)
-        report["actions"].append(f"SIGTERM sent to process group {actual} (main.py pid {pid})")
-    else:  # the recorded group is not main.py's: signal only the proved pid
-        os.kill(pid, signal.SIGTERM)
-        report["actions"].append(f"SIGTERM sent to main.py pid {pid} (recorded pgid {pgid} is not its group)")
-    started = time.monotonic()
-    if wait_gone(pid, timeout):
-        report["actions"].append(f"main.py exited after {time.monotonic() - started:.1f} s")
-        return True
-    report["actions"].append(f"main.py still running after {timeout:g} s")
-    return False
-
-
-def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
-    """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
-    state = run_dir.assess(output_dir)
-    if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
-                        "pass the --output-dir the run was started with (or set EVO_OUTPUT_DIR)", EXIT_USAGE)
-    run_id, pid = state["run_id"], state["pid"]
-    report = {"output_dir": str(output_dir), "run_id": run_id, "pid": pid, "status_before": state["status"],
-              "proved": state["alive"], "why": state["why"], "force": force, "actions": [],
-              "leftovers": [], "gpu_leftovers": None, "status": state["status"], "ok": False}
-    if not run_id:
-        report.update(message=f"{run_dir.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
-                              "to be this run's, so nothing was signalled",
-                      hint="inspect the processes by hand; start_training.sh writes a run_id for every run")
-        return report
-    if not state["alive"] and not state["carriers"]:
-        if state["status"] in run_dir.TERMINAL_STATES:
-            report.update(ok=True, message=f"run {run_id} is already {state['status']}; nothing to stop")
-        else:
-            report.update(message=f"refused: {state['why']}; the pid file is stale and nothing was signalled "
-                                  f"(no process carries EVO_RUN_ID={run_id}: the run is gone)",
-                          hint=f"check_status.py --output-dir {output_dir} shows what happened; "
-                               "start_training.sh treats this pid file as stale")
-        return report
-    if not state["alive"] and not force:
-        report["leftovers"] = describe(state["carriers"])
-        report.update(message=f"main.py of run {run_id} is gone ({state['why']}), but {len(state['carriers'])} "
-                              f"processes still carry EVO_RUN_ID={run_id}: pids {state['carriers']}",
-                      hint=f"SIGKILL them: python scripts/stop_training.py --output-dir {output_dir} --force")
-        return report
-    before = set(state["carriers"]) | ({int(pid)} if state["alive"] else set())
-    if force:
-        procs.kill_run(run_id, timeout=2.0, term_first=False)
-        report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={run_id} "
-                                 f"({len(before)} found), children first")
-        settle = SETTLE_S
-    else:
-        settle = SETTLE_S if terminate(state, timeout, report) else 0.0  # main.py alive: nothing will settle
-    left = run_carriers(run_id, settle)
-    gpus = gpu_leftovers(before | set(left), run_id)
-    report["leftovers"], report["gpu_leftovers"] = describe(left), gpus
-    if left or gpus:
-        what = f"pids {left} still carry EVO_RUN_ID={run_id}" if left else ""
-        what += ("; " if left and gpus else "") + (f"GPU processes {[g['pid'] for g in gpus]}" if gpus else "")
-        report.update(message=f"run {run_id} is not fully gone: {what}",
-                      hint="SIGKILL the whole run: stop_training.py --force" if not force else
-                      "a process in uninterruptible sleep (D state) or a GPU context can linger; check with "
-                      "nvidia-smi and ps, then rerun stop_training.py --force")
-        return report
-    final = run_dir.read_status(output_dir) or {}
-    if final.get("status") not in run_dir.TERMINAL_STATES:
-        how = "SIGKILL (--force)" if force else "SIGTERM"
-        fields = {"status": "stopped", "end_time": run_dir.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
-        if not state["alive"]:
-            fields["reason"] = "main.py had vanished; its orphans were killed by stop_training.py --force"
-        run_dir.update_status(output_dir, **fields)
-        final = run_dir.read_status(output_dir) or {}
-    pid_file = output_dir / run_dir.PID_FILE
-    if pid_file.is_file() and pid_file.read_text().strip() == str(pid):
-        pid_file.unlink()
-    report.update(ok=True, status=final.get("status"), message=f"run {run_id} is gone; status {final.get('status')}")
-    return report
 
 
 def render(report: dict) -> str:
@@ -224,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(args) -> int:
         if args.timeout <= 0:
             raise UserError("--timeout must be > 0", "e.g. --timeout 120", EXIT_USAGE)
-        report = stop_run(run_dir.resolve_output_dir(args.output_dir), args.timeout, args.force)
+        report = run_stop.stop_run(run_dir.resolve_output_dir(args.output_dir), args.timeout, args.force)
         problem = None if report["ok"] else UserError(report["message"], report.get("hint", ""))
         if args.json:
             cli.print_json(cli.envelope(report["ok"], data=report, error=problem))

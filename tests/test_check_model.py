@@ -167,4 +167,4 @@ def test_resolve_order_path_before_roots(models, tmp_path):
     assert model_files.resolve_model(str(other)) == other.resolve()
     assert model_files.resolve_model("m") == (models / "m").resolve()
     assert model_files.resolve_model("Org/m") == (models / "m").resolve()
-    assert Path(check_model.resolve_model("m")).name == "m"
+    assert Path(model_files.resolve_model("m")).name == "m"

@@ -13,7 +13,7 @@ from pathlib import Path
 import check_status
 import orjson
 import pytest
-from agentic_rl import files, metrics_reader, run_dir, run_health
+from agentic_rl import files, metrics_reader, run_dir, run_health, run_status
 from agentic_rl.edge import procs
 from conftest import run_script
 
@@ -58,7 +58,7 @@ def write_status(out: Path, **fields) -> None:
 def test_healthy_history_progress_and_no_flags(tmp_path, family):
     write_status(tmp_path)
     write_history(tmp_path, range(1, 11), family)
-    data = check_status.collect(tmp_path)
+    data = run_status.collect(tmp_path)
     assert data["progress"]["step"] == 10 and data["progress"]["total"] == 40
     assert data["progress"]["percent"] == 25.0 and data["progress"]["eta_s"] == 300 and data["progress"]["epoch"] == 1
     assert data["latest"]["reward"]["value"] == pytest.approx(0.3) and data["latest"]["reward"]["trend"] > 0
@@ -69,7 +69,7 @@ def test_healthy_history_progress_and_no_flags(tmp_path, family):
 def flag_names(tmp_path, family=AGL, writer=verl_file_logger_line, **over):
     write_status(tmp_path)
     write_history(tmp_path, range(1, 11), family, writer=writer, **over)
-    return {f["flag"]: f for f in check_status.collect(tmp_path)["flags"]}
+    return {f["flag"]: f for f in run_status.collect(tmp_path)["flags"]}
 
 
 def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path):
@@ -77,11 +77,11 @@ def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path)
     (tmp_path / run_dir.LOG_FILE).write_text(
         "AglRolloutManager: completed=64/64 succeeded=64 failed=0\n[step 1 done]\n"
         "AglRolloutManager: completed=12/64 succeeded=11 failed=1\nINFO other line\n")
-    data = check_status.collect(tmp_path)
+    data = run_status.collect(tmp_path)
     assert data["progress"]["rollouts"] == {"completed": 12, "enqueued": 64, "succeeded": 11, "failed": 1}
     assert "12/64 of the current batch done, 1 failed" in check_status.render(data)
     (tmp_path / run_dir.LOG_FILE).write_text("no rollout yet\n")
-    assert check_status.collect(tmp_path)["progress"]["rollouts"] is None
+    assert run_status.collect(tmp_path)["progress"]["rollouts"] is None
 
 
 def test_reward_std_zero_flags_no_signal(tmp_path):
@@ -156,7 +156,7 @@ def test_stalled_run_with_a_live_process(tmp_path):
         old = time.time() - 3600
         os.utime(tmp_path / "metrics" / "attempt-0001.jsonl", (old, old))
         (tmp_path / run_dir.LOG_FILE).write_text("loading\nAglRolloutManager: completed=3/64\n")
-        data = check_status.collect(tmp_path)
+        data = run_status.collect(tmp_path)
         assert data["alive"] and data["status"] == "running"
         assert data["stall"]["stalled"] and data["stall"]["last_step"] == 3 and data["stall"]["phase"] == "rollout"
         assert "stalled since" in data["stall"]["message"]
@@ -181,17 +181,17 @@ def test_stall_before_the_first_step_uses_the_floor_and_names_the_phase(tmp_path
     started = time.time() - run_health.STALL_FLOOR_S - 120
     write_status(tmp_path, **live_run, start_time=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)))
     (tmp_path / run_dir.LOG_FILE).write_text("Loading checkpoint shards: 50%\n")
-    stall = check_status.collect(tmp_path)["stall"]
+    stall = run_status.collect(tmp_path)["stall"]
     assert stall["stalled"] and stall["last_step"] == 0 and stall["phase"] == "loading model"
     assert stall["limit_s"] == run_health.STALL_FLOOR_S
     write_status(tmp_path, **live_run)  # started just now: model loading may take its time
-    assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
+    assert run_status.collect(tmp_path)["stall"] == {"stalled": False}
 
 
 def test_no_stall_while_steps_arrive(tmp_path, live_run):
     write_status(tmp_path, **live_run)
     write_history(tmp_path, range(1, 4), AGL)  # written just now, median step 10 s
-    assert check_status.collect(tmp_path)["stall"] == {"stalled": False}
+    assert run_status.collect(tmp_path)["stall"] == {"stalled": False}
 
 
 def test_watch_left_with_ctrl_c_exits_with_the_runs_code_and_no_error(tmp_path, live_run):
@@ -259,7 +259,7 @@ def test_resumed_history_merges_attempts(tmp_path):
     hist = metrics_reader.load_history(tmp_path)
     assert [h["step"] for h in hist] == list(range(1, 11))
     assert hist[5]["data"]["training/reward"] == 9.0 and hist[4]["attempt"] == 1  # the later attempt wins
-    assert check_status.collect(tmp_path)["resumed_from_step"] == 5
+    assert run_status.collect(tmp_path)["resumed_from_step"] == 5
 
 
 def write_lines(out: Path, lines: list[bytes], attempt: int = 1) -> None:
@@ -377,11 +377,11 @@ def test_gpu_memory_counts_only_the_runs_processes(monkeypatch):
     fake = fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=[(4242, 3 * fake_nvml.GIB),
                                                                                       (5151, fake_nvml.GIB)]),
                                                             fake_nvml.FakeGpu(processes=[(4242, None)])]))
-    mem = check_status.gpu_memory([4242])
+    mem = run_status.gpu_memory([4242])
     assert [p["pid"] for p in mem["processes"]] == [4242, 4242] and mem["used_bytes"] == 3 * fake_nvml.GIB
-    assert check_status.gpu_memory([]) == "n/a" and fake.calls.count("nvmlInit") == 1  # no process: NVML not asked
+    assert run_status.gpu_memory([]) == "n/a" and fake.calls.count("nvmlInit") == 1  # no process: NVML not asked
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert check_status.gpu_memory([4242]) == "n/a"
+    assert run_status.gpu_memory([4242]) == "n/a"
 
 
 def test_tail_of_a_2gb_sparse_log_without_reading_it(tmp_path):
@@ -393,11 +393,11 @@ def test_tail_of_a_2gb_sparse_log_without_reading_it(tmp_path):
     import tracemalloc
 
     tracemalloc.start()
-    lines = check_status.tail_lines(log, 5)
+    lines = run_status.tail_lines(log, 5)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert lines == [f"line {i}" for i in range(25, 30)]
-    assert peak < 4 * check_status.TAIL_BLOCK  # only the last block was read, not 2 GB
+    assert peak < 4 * run_status.TAIL_BLOCK  # only the last block was read, not 2 GB
 
 
 def test_tail_of_a_sparse_log_with_fewer_lines_than_asked_reads_a_bounded_end(tmp_path):
@@ -409,22 +409,22 @@ def test_tail_of_a_sparse_log_with_fewer_lines_than_asked_reads_a_bounded_end(tm
     import tracemalloc
 
     tracemalloc.start()
-    lines = check_status.tail_lines(log, 200)
+    lines = run_status.tail_lines(log, 200)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert lines == ["a", "b", "c"]  # the holes before "a" are NULs, dropped
-    assert peak < 4 * check_status.TAIL_MAX_BYTES
+    assert peak < 4 * run_status.TAIL_MAX_BYTES
 
 
 def test_tail_splits_progress_bars_and_keeps_the_end_of_a_long_line(tmp_path):
     log = tmp_path / "training.log"
     bar = "".join(f"\rTraining Progress: {i}%" for i in range(101))
     log.write_text("loading model\r\n" + bar + "\n" + "x" * 5000 + "END\n")
-    lines = check_status.tail_lines(log, 3)
+    lines = run_status.tail_lines(log, 3)
     assert lines[0] == "Training Progress: 99%" and lines[1] == "Training Progress: 100%"
-    assert lines[2].startswith("...") and lines[2].endswith("END") and len(lines[2]) == check_status.TAIL_LINE_BYTES + 3
-    assert check_status.tail_lines(log, 200)[0] == "loading model"  # CRLF is one break
-    assert check_status.tail_lines(log, 0) == [] and check_status.tail_lines(tmp_path / "none", 5) == []
+    assert lines[2].startswith("...") and lines[2].endswith("END") and len(lines[2]) == run_status.TAIL_LINE_BYTES + 3
+    assert run_status.tail_lines(log, 200)[0] == "loading model"  # CRLF is one break
+    assert run_status.tail_lines(log, 0) == [] and run_status.tail_lines(tmp_path / "none", 5) == []
 
 
 def test_plot_writes_a_decodable_png(tmp_path):

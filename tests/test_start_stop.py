@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import stop_training
-from agentic_rl import cli, files, gpu_select, launcher, rehearsal, run_dir
+from agentic_rl import cli, files, gpu_select, launcher, rehearsal, run_dir, run_stop
 from agentic_rl.edge import procs
 from conftest import SCRIPTS, run_script
 from make_tiny_model import make_tiny_model
@@ -432,8 +432,8 @@ def test_force_checks_the_runs_gpu_processes_through_nvml(tmp_path, monkeypatch,
         record(out, job.pid, run_id, example_task)
         on_gpu = [(other.pid, 1 << 30)] + [(job.pid, 1 << 30)] * gpu_holds_run_pid
         fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(processes=on_gpu)]))
-        monkeypatch.setattr(stop_training, "GPU_RELEASE_S", 0.0)
-        report = stop_training.stop_run(out, force=True)
+        monkeypatch.setattr(run_stop, "GPU_RELEASE_S", 0.0)
+        report = run_stop.stop_run(out, force=True)
         job.wait(timeout=5)  # psutil may have reaped it in this process already
         assert carriers(run_id) == [] and other.poll() is None
         assert report["leftovers"] == []

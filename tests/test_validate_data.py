@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import validate_data
-from agentic_rl import judge_probe
+from agentic_rl import judge_probe, task_checks
 from conftest import run_script
 from defect_cases import CASES, JUDGE_HEAD
 
@@ -165,7 +165,7 @@ def test_blank_lines_are_skipped_and_counted(example_task, capsys):
 def test_iter_jsonl_yields_rows_and_defects(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"a": 1}\n\n[1]\n\xef\xbb\xbf{}\n{"b": \xff}\n{"c": Infinity}\n{"d": [[[\n{"e": 2}')
-    got = list(validate_data.iter_jsonl(path))
+    got = list(task_checks.iter_jsonl(path))
     assert got[0] == (1, {"a": 1}, None)
     assert [(n, d.split(" (")[0].split(" at ")[0]) for n, r, d in got[1:-1]] == [
         (3, "a JSON array, not an object"), (4, "starts with a UTF-8 byte-order mark"),
@@ -177,15 +177,15 @@ def test_hash_candidates_are_confirmed_by_real_ids(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n')
     # Pretend every hash collided: only the real repeat may be reported.
-    found = list(validate_data._duplicates(path, {hash("a"), hash("b")}))
+    found = list(task_checks._duplicates(path, {hash("a"), hash("b")}))
     assert [(c.where, c.message) for c in found] == [("rows.jsonl:3", "duplicate id 'a' (first at line 1)")]
 
 
 def test_quick_checks(example_task):
-    assert {c.status for c in validate_data.quick_checks(example_task)} == {"ok"}
+    assert {c.status for c in task_checks.quick_checks(example_task)} == {"ok"}
     (example_task / "judge.py").unlink()
     (example_task / "task.goal").write_text("{x.y}")
-    failed = {(c.where, c.status) for c in validate_data.quick_checks(example_task, gpus=1) if c.status == "fail"}
+    failed = {(c.where, c.status) for c in task_checks.quick_checks(example_task, gpus=1) if c.status == "fail"}
     assert failed == {("judge.py", "fail"), ("task.goal", "fail")}
 
 

@@ -54,12 +54,12 @@ def wrap_row(row: dict) -> dict:
 
 
 def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
-    import validate_data
+    from agentic_rl import task_checks
 
     out = []
     for name in ("train.jsonl", "test.jsonl"):
         rows = []
-        for lineno, row, defect in validate_data.iter_jsonl(input_dir / name):
+        for lineno, row, defect in task_checks.iter_jsonl(input_dir / name):
             if defect:
                 raise Failure("preflight", f"{name}:{lineno}: {defect}")
             rows.append(row)
@@ -129,9 +129,9 @@ def _explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
 
 
 def resolve_model(name: str, rehearse: bool) -> str:
-    import check_model
+    from agentic_rl import model_files
 
-    path = check_model.resolve_model(name)
+    path = model_files.resolve_model(name)
     if path is not None:
         return str(path)
     if rehearse:

@@ -81,3 +81,15 @@ def suggestions(params, cfg, n, total, p_off, o_off) -> list[str]:
     return [f"{' and '.join(out[-1:])}, and actor_rollout_ref.rollout.gpu_memory_utilization={lower}"
             if out else f"actor_rollout_ref.rollout.gpu_memory_utilization={lower}",
             f"or more GPUs: trainer.n_gpus_per_node={more_gpus}"]
+
+
+def gpu_memory_bytes(override_gb: float | None) -> int | None:
+    if override_gb:
+        return int(override_gb * GiB)
+    try:
+        from agentic_rl.edge import nvml
+
+        totals = [g["memory_total"] for g in nvml.read_gpus() if g.get("memory_total")]
+        return min(totals) if totals else None
+    except Exception:  # no driver here: the user can pass --gpu-memory-gb
+        return None

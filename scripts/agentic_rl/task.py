@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
-from agentic_rl.files import read_json_file
+from agentic_rl.files import atomic_write_json, atomic_write_text, read_json_file
 
 # The files of a task folder. agent.json may be replaced by agent.jsonl (its first line).
 TASK_FILES = {
@@ -169,3 +169,26 @@ def coerce_reward(value: Any) -> float:
     if not math.isfinite(result):
         raise ValueError(f"compute_reward returned {result}, not a finite number")
     return result
+
+
+def set_agent(input_dir: Path, model_name: str) -> Path:
+    """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line."""
+    path = agent_config_path(input_dir)
+    if path is None:
+        path = input_dir / "agent.json"
+        atomic_write_json(path, {"model_name": model_name})
+        return path
+    if path.suffix == ".jsonl":
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.strip())
+        obj = json.loads(lines[first])
+        obj["model_name"] = model_name
+        lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
+        atomic_write_text(path, "".join(lines))
+    else:
+        obj = read_json_file(path)
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}: not a JSON object", "fix agent.json first")
+        obj["model_name"] = model_name
+        atomic_write_json(path, obj)
+    return path

@@ -197,9 +197,9 @@ class Run:
                 raise Failure(name, exc.message) from None
 
     def prepare_and_run(self) -> None:
-        import validate_data
+        from agentic_rl import task_checks
 
-        checks = validate_data.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
+        checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
         failed = [c for c in checks if c.status == "fail"]
         for c in failed:
             cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)

@@ -1,0 +1,136 @@
+"""What check_status.py reports about a run, as data: proved liveness, progress, health flags, stall,
+resources, GPU memory, checkpoints, samples and the log's tail (read from the end, never whole).
+
+    >>> import tempfile, pathlib
+    >>> log = pathlib.Path(tempfile.mkdtemp()) / "training.log"
+    >>> _ = log.write_bytes(b"one\ntwo\rthree\n")
+    >>> tail_lines(log, 2)
+    ['two', 'three']
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from agentic_rl import files, metrics_reader, run_dir, run_health, samples
+from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.edge import procs
+
+TAIL_BLOCK = 64 * 1024
+
+
+TAIL_MAX_BYTES = 1 << 20  # a log with few line breaks (tqdm's \r bars, a sparse file) is not read to its start
+
+
+TAIL_LINE_BYTES = 2000
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last n lines, read backwards from the end in blocks, at most TAIL_MAX_BYTES: fast on a multi-GB
+    log. A carriage return ends a line too (progress bars); a line longer than TAIL_LINE_BYTES keeps its end."""
+    if n <= 0:
+        return []
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return []
+    with fh:
+        pos = os.fstat(fh.fileno()).st_size
+        floor = max(0, pos - TAIL_MAX_BYTES)
+        blocks, newlines, returns = [], 0, 0  # n lines are in hand once either count passes n
+        while pos > floor and max(newlines, returns) <= n:
+            size = min(TAIL_BLOCK, pos - floor)
+            pos -= size
+            fh.seek(pos)
+            block = fh.read(size)
+            blocks.append(block)
+            newlines, returns = newlines + block.count(b"\n"), returns + block.count(b"\r")
+    # bytes.splitlines breaks at \n, \r\n and \r only; NULs are a sparse or preallocated file's holes.
+    lines = b"".join(reversed(blocks)).translate(None, b"\x00").splitlines()[-n:]
+    return [line.decode("utf-8", "replace") if len(line) <= TAIL_LINE_BYTES
+            else "..." + line[-TAIL_LINE_BYTES:].decode("utf-8", "replace") for line in lines]
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def gpu_memory(pids: list[int]) -> dict | str:
+    """GPU memory held by the run's processes; "n/a" without NVML, or with no process to ask about."""
+    if not pids:
+        return "n/a"
+    try:
+        from agentic_rl.edge import nvml
+
+        gpu_procs = nvml.gpu_processes()
+    except Exception:  # NvmlUnavailable, or nvidia-ml-py missing: no GPUs to report
+        return "n/a"
+    mine = [p for p in gpu_procs if p["pid"] in set(pids)]
+    return {"processes": mine, "used_bytes": sum(p.get("used_memory") or 0 for p in mine)}
+
+
+def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryReader | None = None) -> dict:
+    """Everything check_status reports, as data. A reader kept across calls parses only new metrics."""
+
+    state = run_dir.assess(output_dir)
+    if not state["found"]:
+        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
+                        "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
+    st = state["record"]
+    status, detail = st.get("status"), None
+    if status in ("starting", "running") and not state["alive"]:
+        status, detail = "failed", "vanished"
+    resources = procs.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
+    start = run_health.parse_time(st.get("start_time"))
+    end = run_health.parse_time(st.get("end_time"))
+    log = tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200))
+    history = (reader or metrics_reader.HistoryReader(output_dir)).read()
+    judge_errors = count_lines(output_dir / run_dir.JUDGE_ERRORS_FILE)
+    rehearsal = files.read_json_file(output_dir / run_dir.REHEARSAL_FILE) if (output_dir / run_dir.REHEARSAL_FILE).is_file() else None
+    rollouts = (rehearsal or {}).get("rollouts")
+    ckpts = run_dir.checkpoint_steps(output_dir)
+    summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
+    return {
+        "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
+        "run_id": st.get("run_id"), "mode": st.get("mode"), "pid": st.get("pid"),
+        "runtime_s": round((end or time.time()) - start) if start else None,
+        "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
+        "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
+        "checkpoint": ckpts["latest"], "checkpoints": ckpts,
+        "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
+        "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
+        "flags": with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir),
+        "stall": run_health.stall(history, st, log, state["alive"]),
+        "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
+    }
+
+
+def with_sample_flags(flags: list[dict], output_dir: Path) -> list[dict]:
+    judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
+    return flags + run_health.sample_flags(samples.read(output_dir, recent_only=True), judged)
+
+
+def collect_samples(output_dir: Path, args) -> dict:
+    """The --samples view as data: the chosen samples, with their marks, and the flags from samples."""
+    st = run_dir.read_status(output_dir)
+    if st is None:
+        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
+                        "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
+    every = samples.read(output_dir)
+    order = "worst" if args.worst else "best" if args.best else "latest"
+    chosen = samples.select(every, args.samples, args.split, args.step, order)
+    dups = samples.duplicate_responses(run_health.sample_window(every) + chosen)
+    return {"status": st.get("status"), "run_id": st.get("run_id"), "order": order, "split": args.split,
+            "step": args.step, "samples": [{**s, "marks": samples.marks(s, dups)} for s in chosen],
+            "total": len(every), "counts": samples.read_state(output_dir),
+            "flags": run_health.sample_flags(every), "output_dir": str(output_dir)}
+
+
+def exit_code(data: dict) -> int:
+    return EXIT_FAIL if data["status"] == "failed" else EXIT_OK

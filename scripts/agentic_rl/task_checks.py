@@ -1,0 +1,380 @@
+"""The checks of a task folder (gates 1-2): files, agent.json, task.goal, train/test.jsonl, judge.py,
+config.json. validate_data.py renders them; the training job re-runs the fast ones (quick_checks).
+
+Rows are streamed, never held: a million-row file costs one pass and a few MB.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "rows.jsonl"
+    >>> _ = path.write_text("{\"a\": 1}\n\n[2]\n")
+    >>> [(n, row, defect is not None) for n, row, defect in iter_jsonl(path)]
+    [(1, {'a': 1}, False), (3, None, True)]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentic_rl import cli, files, task
+from agentic_rl.cli import Check, UserError
+from agentic_rl.task import TASK_FILES
+
+MAX_SHOWN = 20  # defects listed per file; the total is always counted
+
+
+PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class")
+
+
+AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON (write a number or a string)")
+
+
+# One decoder, built once: json.loads with keyword arguments would build a new one per line.
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Stream a JSON Lines file in constant memory: yield (lineno, row, defect), one of them None.
+
+    Blank lines (only whitespace) are skipped; line numbers still count them. A UTF-8 BOM,
+    invalid UTF-8, invalid JSON (NaN and Infinity included) and a non-object give a defect.
+
+        >>> list(iter_jsonl("rows.jsonl"))     # '{"a": 1}\\n\\n[1]\\n'
+        [(1, {'a': 1}, None), (3, None, 'a JSON array, not an object')]
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            # The fast path is one decode and one parse; every defect is sorted out only when they fail.
+            try:
+                row = _decode(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield lineno, None, f"not valid UTF-8 (byte {exc.start + 1} of the line)"
+                continue
+            except (ValueError, RecursionError) as exc:
+                if not raw.strip():
+                    continue
+                if raw.startswith(BOM):
+                    yield lineno, None, "starts with a UTF-8 byte-order mark (BOM)"
+                elif isinstance(exc, json.JSONDecodeError):
+                    yield lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}"
+                else:
+                    yield lineno, None, f"invalid JSON: {str(exc) or type(exc).__name__}"
+                continue
+            if type(row) is dict:
+                yield lineno, row, None
+            else:
+                kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+                yield lineno, None, f"a JSON {kind}, not an object"
+
+
+class _IdIndex:
+    """The ids seen so far, as 64-bit hashes in 256 arrays: 8 bytes a row and no object per row.
+
+    Hashes only find candidates; a second pass over the file confirms them with the real ids,
+    so a hash collision can never report a false duplicate.
+    """
+
+    def __init__(self) -> None:
+        self.buckets = [array("q") for _ in range(256)]
+
+    def candidates(self) -> set[int]:
+        out: set[int] = set()
+        for bucket in self.buckets:
+            if len(set(bucket)) != len(bucket):  # only a bucket with a repeat is walked in Python
+                seen: set[int] = set()
+                for h in bucket:
+                    (out.add if h in seen else seen.add)(h)
+        return out
+
+
+def _id_key(value: object) -> str | None:
+    """Ids compare as text: 7 and "7" are the same id. None when the value cannot be an id."""
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+def _defect(name: str, lineno: int, message: str, hint: str, field: str | None = None) -> Check:
+    details = {"file": name, "line": lineno, **({"field": field} if field else {})}
+    return Check(name, "fail", message, hint, f"{name}:{lineno}", details)
+
+
+def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
+    """Check every row of one JSONL file. fields: the template's fields (None if the template is broken).
+
+    Returns {"rows", "defects" (total), "shown" (the first MAX_SHOWN as Checks, by line), "sample"
+    (up to `sample` valid rows as (lineno, row))}. Only the id index grows with the file.
+    """
+    name = path.name
+    need = ("ground_truth", *(fields or []))
+    shown: list[Check] = []
+    total = rows = 0
+    ids = _IdIndex()
+    buckets = ids.buckets  # appended to inline: the loop below runs once per row
+    samples: list[tuple[int, dict]] = []
+
+    def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
+        nonlocal total
+        total += 1
+        if len(shown) < MAX_SHOWN:
+            shown.append(_defect(name, lineno, message, hint, field))
+
+    for lineno, row, problem in iter_jsonl(path):
+        if row is None:
+            add(lineno, problem or "", "write one JSON object per line, saved as UTF-8 without BOM")
+            continue
+        rows += 1
+        ok = True
+        for field in need:
+            if field not in row:
+                ok = False
+                for missing in (f for f in need if f not in row):
+                    if missing == "ground_truth":
+                        add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge "
+                            "scores the response against it", missing)
+                    else:
+                        add(lineno, f"field {missing} is missing (task.goal uses {{{missing}}})",
+                            f"add {missing} to the row, or change task.goal", missing)
+                break
+        if "metadata" in row and type(metadata := row["metadata"]) is not dict:
+            ok = False
+            add(lineno, f"field metadata must be an object, got {type(metadata).__name__}",
+                "write metadata as a JSON object, e.g. {\"difficulty\": 2}, or leave it out", "metadata")
+        if "id" in row:
+            rid = row["id"]
+            key = rid if type(rid) is str else _id_key(rid)
+            if key is None:
+                ok = False
+                add(lineno, f"field id must be a string or an integer, got {type(rid).__name__}",
+                    "use a unique string or integer id, or leave id out", "id")
+            else:
+                h = hash(key)
+                buckets[h & 255].append(h)
+        if ok and len(samples) < sample:
+            samples.append((lineno, row))
+
+    candidates = ids.candidates()
+    if candidates:
+        dups = list(_duplicates(path, candidates))
+        total += len(dups)
+        merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
+        shown = merged[:MAX_SHOWN]
+    return {"rows": rows, "defects": total, "shown": shown, "sample": samples}
+
+
+def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
+    """Second pass, only when the hashes repeat: confirm each duplicate with the real id."""
+    first: dict[str, int] = {}
+    for lineno, row, _ in iter_jsonl(path):
+        key = _id_key(row.get("id")) if row is not None else None
+        if key is None or hash(key) not in candidates:
+            continue
+        if key in first:
+            yield _defect(path.name, lineno, f"duplicate id {key!r} (first at line {first[key]})",
+                          "give every row its own id, or leave id out", "id")
+        else:
+            first[key] = lineno
+
+
+def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int | None,
+                sample: int) -> tuple[list[Check], dict]:
+    """train.jsonl and test.jsonl: per-file defects, a summary line, and the train rows vs. batch size."""
+    checks: list[Check] = []
+    info: dict = {}
+    for name in ("train.jsonl", "test.jsonl"):
+        path = input_dir / name
+        if not path.is_file():
+            continue
+        try:
+            scan = scan_jsonl(path, fields, sample if name == "train.jsonl" else 0)
+        except OSError as exc:
+            checks.append(Check(name, "fail", f"cannot read: {exc.strerror or exc}", "check the file's permissions",
+                                name, {"file": name}))
+            continue
+        info[name] = scan
+        checks.extend(scan["shown"])
+        rows, total = scan["rows"], scan["defects"]
+        if rows == 0 and total == 0:
+            checks.append(Check(name, "fail", "no rows (the file is empty or blank)",
+                                f"add rows: {TASK_FILES[name]}", name, {"file": name, "line": 0}))
+        elif total:
+            more = f"; the first {MAX_SHOWN} are listed" if total > MAX_SHOWN else ""
+            checks.append(Check(name, "fail", f"{rows} rows, {total} defect{'s' if total > 1 else ''}{more}",
+                                "fix the lines listed above", name, {"file": name, "defects": total}))
+        else:
+            checks.append(Check(name, "ok", f"{rows} rows, no defects", where=name, details={"rows": rows}))
+        if name == "train.jsonl" and train_batch_size and 0 < rows < train_batch_size:
+            checks.append(Check(
+                name, "fail",
+                f"{rows} rows, fewer than data.train_batch_size={train_batch_size}: VERL drops the last partial "
+                "batch (drop_last) and has nothing to train on",
+                f"add rows, or set data.train_batch_size <= {rows} in config.json", name,
+                {"file": name, "rows": rows, "train_batch_size": train_batch_size}))
+    return checks, info
+
+
+def file_checks(input_dir: Path) -> list[Check]:
+    """One fail per missing file, each with its format; one ok when all are there."""
+    missing = []
+    for name, fmt in TASK_FILES.items():
+        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir))
+        if not present:
+            missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
+                                 f"see {cli.EXAMPLES_DOC.name} for a complete example", name))
+    return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
+
+
+def agent_checks(input_dir: Path) -> list[Check]:
+    path = task.agent_config_path(input_dir)
+    if path is None:
+        return []  # reported by file_checks
+    name = path.name
+    try:
+        cfg = task.load_agent_config(input_dir)
+    except UserError as exc:
+        return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
+    out = []
+    if name == "agent.json" and (input_dir / "agent.jsonl").is_file():
+        out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used",
+                         "remove the one you do not mean", where=name))
+    agent_class = cfg.get("agent_class")
+    if agent_class is not None and not (isinstance(agent_class, str) and AGENT_CLASS_RE.match(agent_class)):
+        out.append(Check(name, "fail", f"agent_class {agent_class!r} is not of the form module:Class",
+                         "write it like \"my_agents.solver:SolverAgent\" (importable module, then the class)",
+                         f"{name}:agent_class"))
+    max_tokens = cfg.get("max_tokens")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
+        out.append(Check(name, "fail", f"max_tokens must be a positive integer, got {max_tokens!r}",
+                         "e.g. \"max_tokens\": 512", f"{name}:max_tokens"))
+    if "system_prompt" in cfg and not isinstance(cfg["system_prompt"], str):
+        out.append(Check(name, "fail", "system_prompt must be a string", "write it as a JSON string",
+                         f"{name}:system_prompt"))
+    import difflib
+
+    for key in cfg:
+        if key not in AGENT_KEYS:
+            near = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            out.append(Check(name, "warn", f"unknown key {key!r} is ignored" + (f"; did you mean {near[0]!r}?"
+                                                                                 if near else ""),
+                             f"known keys: {', '.join(AGENT_KEYS)}", f"{name}:{key}"))
+    if not any(c.status == "fail" for c in out):
+        out.insert(0, Check(name, "ok", f"model_name {cfg['model_name']}", where=name))
+    return out
+
+
+def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
+    """(template text, its fields, checks); fields is None when the template cannot be used."""
+    path = input_dir / "task.goal"
+    if not path.is_file():
+        return None, None, []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return None, None, [Check("task.goal", "fail", f"not valid UTF-8 (byte {exc.start + 1})",
+                                  "save task.goal as UTF-8", "task.goal")]
+    if text.startswith("\ufeff"):
+        return None, None, [Check("task.goal", "fail", "starts with a UTF-8 byte-order mark (BOM)",
+                                  "save task.goal as UTF-8 without BOM", "task.goal:1")]
+    try:
+        fields = task.template_fields(text)
+    except task.TemplateError as exc:
+        return text, None, [Check("task.goal", "fail", str(exc),
+                                  "placeholders are {field} with a plain row field name; {{ and }} are literal braces",
+                                  "task.goal")]
+    if not text.strip():
+        return text, None, [Check("task.goal", "fail", "the template is empty", TASK_FILES["task.goal"],
+                                  "task.goal")]
+    if not fields:
+        return text, fields, [Check("task.goal", "warn", "no {field} placeholders: every prompt is the same text",
+                                    "reference row fields like {question}", "task.goal")]
+    checks = [Check("task.goal", "ok", f"fields: {', '.join(fields)}", where="task.goal")]
+    if "ground_truth" in fields:
+        checks.append(Check("task.goal", "warn", "the template uses {ground_truth}: every prompt gives the answer away",
+                            "remove {ground_truth} from task.goal unless that is the point", "task.goal"))
+    return text, fields, checks
+
+
+def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
+    path = input_dir / "config.json"
+    if not path.is_file():
+        return None, []
+    try:
+        cfg = files.read_json_file(path)
+    except UserError as exc:
+        return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
+                            "config.json")]
+    if not isinstance(cfg, dict):
+        return None, [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
+                            TASK_FILES["config.json"], "config.json")]
+    return cfg, []
+
+
+def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
+    if cfg is None:
+        return []
+    from agentic_rl import config_checks  # the schema, did-you-mean and VERL cross-field rules
+
+    return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
+
+
+def train_batch_size(cfg: dict) -> int | None:
+    """data.train_batch_size as VERL will use it (the user's value, else the default)."""
+    from agentic_rl import config_checks
+
+    value = config_checks.effective(cfg, "data.train_batch_size")
+    return value if type(value) is int else None
+
+
+def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
+    """The fast preflight main.py re-runs: files present, agent.json, template parse, config.json."""
+    input_dir = Path(input_dir)
+    checks = file_checks(input_dir) + agent_checks(input_dir)
+    checks += read_template(input_dir)[2]
+    cfg, cfg_checks = read_config(input_dir)
+    return checks + cfg_checks + config_checks_for(cfg, gpus)
+
+
+def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
+             debug: bool = False) -> tuple[list[Check], dict]:
+    """Every check of the task folder, in the order of the table, and the data of --json."""
+    from agentic_rl import judge_probe
+
+    checks = file_checks(input_dir) + agent_checks(input_dir)
+    template, fields, template_checks = read_template(input_dir)
+    cfg, cfg_checks = read_config(input_dir)
+    batch = train_batch_size(cfg) if cfg is not None else None
+    rows_checks, info = data_checks(input_dir, fields, batch, sample)
+    train = info.get("train.jsonl", {})
+    data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),
+                  "test_rows": info.get("test.jsonl", {}).get("rows"), "template_fields": fields,
+                  "defects": {name: scan["defects"] for name, scan in info.items()}, "first_prompt": None}
+    if fields is not None and template and train.get("sample"):
+        lineno, row = train["sample"][0]
+        prompt = task.render_template(template, row)
+        data["first_prompt"] = prompt[:2000]
+        shown = prompt.strip().replace("\n", "\\n")
+        shown = shown if len(shown) <= PROMPT_SHOWN else shown[:PROMPT_SHOWN] + "..."
+        template_checks.append(Check("task.goal", "ok", f"first prompt (train.jsonl:{lineno}): {shown}",
+                                     where="task.goal"))
+    checks += template_checks + rows_checks
+    if (input_dir / "judge.py").is_file():
+        samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
+        checks += judge_probe.judge_checks(judge, debug=debug)
+        data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows"))
+    return checks, data

@@ -28,7 +28,7 @@ import os
 import sys
 
 from agentic_rl import cli, gpu_select
-from agentic_rl.cli import EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_USAGE, UserError
 
 # --------------------------------------------------------------------------- rendering
 
@@ -146,21 +146,12 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def _finish(args: argparse.Namespace, data: dict, problem: UserError | None, table: str) -> int:
-    if args.json:
-        cli.print_json(cli.envelope(problem is None, data=data, error=problem))
-    elif args.export:
-        if problem is None:
-            print(data["export"])
+    if args.export:
+        text = data["export"] if problem is None else None
     else:
-        print(table)
-        if data.get("selected"):
-            print(f"CUDA_VISIBLE_DEVICES={','.join(map(str, data['selected']))}")
-    for warning in data["warnings"]:
-        cli.print_warning(warning)
-    if problem is not None:
-        cli.print_error(problem.message, problem.hint)
-        return problem.code
-    return EXIT_OK
+        selected = data.get("selected")
+        text = table + (f"\nCUDA_VISIBLE_DEVICES={','.join(map(str, selected))}" if selected else "")
+    return cli.emit(args.json, data=data, error=problem, table=text, warnings=data["warnings"])
 
 
 def body(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from agentic_rl import cli, files, memory_fit, model_files, task
-from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
 
 resolve_model = model_files.resolve_model
 inspect_model = model_files.inspect_model
@@ -79,49 +79,42 @@ def body(args) -> int:
     if not any(r.is_dir() for r in roots) and not hub.is_dir() and not (args.model and Path(args.model).is_dir()):
         raise UserError(f"no model search root exists ({', '.join(map(str, roots))}; HF cache {hub})",
                         "set EVO_MODELS_DIR (colon-separated) or pass --models-dir DIR", EXIT_ENV)
+    listing: dict = {}
+    lines: list[str] = []
     if args.list:
         rows = [row(name, inspect_model(path)) | {"path": str(path)} for name, path in model_files.candidates(roots)]
-        if args.json:
-            cli.print_json(cli.envelope(True, data={"models": rows, "roots": [str(r) for r in roots]}))
-        else:
-            print(cli.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
+        listing = {"models": rows, "roots": [str(r) for r in roots]}
+        lines.append(cli.render_table(rows, ["model", "architecture", "dtype", "parameters", "size", "complete"]))
         if not args.model:
-            return EXIT_OK
+            return cli.emit(args.json, data=listing, table=lines[0])
     path = resolve_model(args.model, roots)
     if path is None:
         names = [name for name, _ in model_files.candidates(roots)]
         close = difflib.get_close_matches(args.model, names, n=3, cutoff=0.5) or names[:5]
         err = UserError(f"model {args.model!r} not found under {', '.join(map(str, roots))} or the HF cache",
                         f"closest: {', '.join(close)}" if close else "list them with --list", EXIT_FAIL)
-        if args.json:
-            cli.print_json(cli.envelope(False, data={"candidates": close}, error=err))
-        cli.print_error(err.message, err.hint)
-        return EXIT_FAIL
+        return cli.emit(args.json, data={**listing, "candidates": close}, error=err, table="\n".join(lines))
     info = inspect_model(path)
-    data = {"name": args.model, **info}
+    data = {**listing, "name": args.model, **info}
     if args.gpus:
         cfg = files.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))
     if info["complete"] and args.set_agent:
         data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), args.model))
-    if args.json:
-        cli.print_json(cli.envelope(info["complete"], data=data))
-    elif not args.list:
-        print(cli.render_table([row(args.model, info)]))
-        fit = data.get("memory_fit")
-        if fit:
-            total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
-            print(f"memory fit (estimate): {fit['per_gpu_gb']:.1f} GB per GPU of {total}: {fit['verdict']}")
-            for s in fit["suggestions"]:
-                print(f"try: {s}")
-        if "agent_file" in data:
-            print(f"model_name written to {data['agent_file']}")
-    if not info["complete"]:
-        cli.print_error(f"model {path} is incomplete: {'; '.join(info['problems'])}",
-                               "download the missing files again, or pick another model (--list)")
-        return EXIT_FAIL
-    return EXIT_OK
+    if not args.list:
+        lines.append(cli.render_table([row(args.model, info)]))
+    fit = data.get("memory_fit")
+    if fit:
+        total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
+        lines.append(f"memory fit (estimate): {fit['per_gpu_gb']:.1f} GB per GPU of {total}: {fit['verdict']}")
+        lines += [f"try: {s}" for s in fit["suggestions"]]
+    if "agent_file" in data:
+        lines.append(f"model_name written to {data['agent_file']}")
+    err = None if info["complete"] else UserError(
+        f"model {path} is incomplete: {'; '.join(info['problems'])}",
+        "download the missing files again, or pick another model (--list)", EXIT_FAIL)
+    return cli.emit(args.json, data=data, error=err, table="\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

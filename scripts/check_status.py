@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from agentic_rl import cli, metrics_reader, run_dir, run_health, run_status, samples
-from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
 def render_samples(data: dict) -> str:
@@ -219,19 +219,22 @@ def body(args) -> int:
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.samples is not None:
         data = run_status.collect_samples(output_dir, args)
-        if args.json:
-            cli.print_json(cli.envelope(data["status"] != "failed", data=data))
-        else:
-            print(render_samples(data))
-        return EXIT_FAIL if data["status"] == "failed" else EXIT_OK
+        return cli.emit(args.json, data=data, error=run_failure(data, EXIT_FAIL if data["status"] == "failed" else 0),
+                        table=render_samples(data))
     if args.watch is not None:
         return watch(output_dir, args)
     data = run_status.collect(output_dir, args.lines)
-    if args.json:
-        cli.print_json(cli.envelope(data["status"] != "failed", data=data))
-    else:
-        print(render(data))
-    return run_status.exit_code(data)
+    return cli.emit(args.json, data=data, error=run_failure(data, run_status.exit_code(data)), table=render(data))
+
+
+def run_failure(data: dict, code: int) -> UserError | None:
+    """The error of a run that failed or vanished (exit 1), with its reason; None otherwise."""
+    if not code:
+        return None
+    reason = data.get("reason") or data.get("why") or "see the log tail"
+    return UserError(f"run {data.get('run_id')} {data.get('status')}: {reason}",
+                     "read the log tail and references/troubleshooting.md; resume from a checkpoint with "
+                     "start_training.sh --resume", code)
 
 
 def main(argv: list[str] | None = None) -> int:

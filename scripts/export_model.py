@@ -37,10 +37,11 @@ the output names (vLLM: --served-model-name).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from agentic_rl import cli, export, run_dir, task
-from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
 def step_arg(text: str) -> int | None:
@@ -102,31 +103,22 @@ def body(args) -> int:
                             "run the export and the comparison as two commands", EXIT_USAGE)
         input_dir = args.input_dir or (run_dir.read_status(output_dir) or {}).get("input_dir")
         result = compare.compare(output_dir, task.resolve_input_dir(input_dir), args.model_endpoint)
-        if args.json:
-            err = None if result["ok"] else {"message": "some rollouts failed or no row was scored",
-                                             "hint": f"see training.log under {output_dir / compare.COMPARE_DIR}"}
-            cli.print_json(cli.envelope(result["ok"], data=result, error=err))
-        else:
+        err = None if result["ok"] else UserError(
+            "some rollouts failed or no row was scored: the means are not comparable",
+            f"see training.log under {output_dir / compare.COMPARE_DIR}", EXIT_FAIL)
+        if not args.json:
             render_compare(result)
-        if not result["ok"]:
-            cli.print_error("some rollouts failed or no row was scored: the means are not comparable",
-                               f"see training.log under {output_dir / compare.COMPARE_DIR}")
-        return EXIT_OK if result["ok"] else EXIT_FAIL
+        return cli.emit(args.json, data=result, error=err)
     if args.model_endpoint or args.input_dir:
         raise UserError("--model-endpoint and --input-dir work only with --compare", "add --compare", EXIT_USAGE)
     target = Path(args.target).expanduser() if args.target else None
     checks, data = export.export(output_dir, args.step, target, args.force)
-    ok = cli.checks_ok(checks)
-    failed = [c for c in checks if c.status == "fail"]
-    left = f"; the merged folder is left at {data['left_at']}" if data.get("left_at") else ""
-    if args.json:
-        err = None if ok else {"message": failed[0].message, "hint": failed[0].hint + left}
-        cli.print_json(cli.envelope(ok, checks=[c.to_dict() for c in checks], data=data, error=err))
-    else:
+    if data.get("left_at"):
+        checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']}")
+                  if c.status == "fail" else c for c in checks]
+    if not args.json:
         render_export(checks, data)
-    for c in failed:
-        cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint + left)
-    return EXIT_OK if ok else EXIT_FAIL
+    return cli.emit(args.json, data=data, checks=checks)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 
 from agentic_rl import cli, run_dir, run_stop
-from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
 def render(report: dict) -> str:
@@ -69,17 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.timeout <= 0:
             raise UserError("--timeout must be > 0", "e.g. --timeout 120", EXIT_USAGE)
         report = run_stop.stop_run(run_dir.resolve_output_dir(args.output_dir), args.timeout, args.force)
-        problem = None if report["ok"] else UserError(report["message"], report.get("hint", ""))
-        if args.json:
-            cli.print_json(cli.envelope(report["ok"], data=report, error=problem))
-        else:
-            text = render(report)
-            if text:
-                print(text)
-        if problem:
-            cli.print_error(problem.message, problem.hint)
-            return EXIT_FAIL
-        return EXIT_OK
+        problem = None if report["ok"] else UserError(report["message"], report.get("hint", ""), EXIT_FAIL)
+        return cli.emit(args.json, data=report, error=problem, table=render(report))
 
     return cli.run_cli(body, build_parser(), argv)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from agentic_rl import config_checks, verl_rules
-from conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CFG = json.loads((ROOT / "assets" / "example" / "config.json").read_text())
@@ -239,35 +238,6 @@ def test_clean_config_gives_one_ok_and_input_is_untouched():
 def test_not_an_object():
     (check,) = config_checks.check_config([1, 2])
     assert check.status == "fail" and "must be a JSON object, got list" in check.message
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def test_cli_in_process(tmp_path, capsys):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"data": {"trian_batch_size": 8}}))
-    assert config_checks.main([str(path), "--json"]) == 1
-    out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is False and out["schema_version"] == 1
-    assert any(c["details"].get("suggestion") == "data.train_batch_size" for c in out["checks"])
-    assert config_checks.main([str(ROOT / "assets" / "example" / "config.json"), "--gpus", "1"]) == 0
-    assert "VERL 0.8.0 rules pass for 1 GPU(s)" in capsys.readouterr().out
-    assert config_checks.main([str(path), "--get", "data.train_batch_size", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["data"] == {"data.train_batch_size": 1024}  # the typo is ignored
-    assert config_checks.main([str(tmp_path / "missing.json")]) == 2
-    assert "Error:" in capsys.readouterr().err
-
-
-def test_cli_subprocess_from_another_cwd(tmp_path):
-    proc = run_module("config_checks", str(ROOT / "assets" / "example" / "config.json"), "--get",
-                      "data.train_batch_size", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["data"] == {"data.train_batch_size": 16}
-    bad = tmp_path / "c.json"
-    bad.write_text('{"trainer": {"n_gpus_per_node": 1}}')
-    proc = run_module("config_checks", str(bad), cwd=tmp_path)
-    assert proc.returncode == 1 and "Error: " in proc.stderr and "Hint: " in proc.stderr
 
 
 @pytest.mark.parametrize("cfg, where, text", [

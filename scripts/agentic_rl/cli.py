@@ -125,17 +125,46 @@ def render_checks(checks: Sequence[Check]) -> str:
     return render_table(rows, ["status", "check", "where", "message"])
 
 
+_emitted = False  # one envelope per call: run_cli resets it, emit sets it
+
+
+def first_failure(checks: Sequence[Check]) -> UserError | None:
+    """The error of a failed gate: its first failed check (and how many more failed), or None."""
+    failed = [c for c in checks if c.status == "fail"]
+    if not failed:
+        return None
+    c = failed[0]
+    more = f" (and {len(failed) - 1} more failed check{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+    return UserError(f"{c.where + ': ' if c.where else ''}{c.message}{more}", c.hint, EXIT_FAIL)
+
+
+def emit(as_json: bool, *, data: Any = None, checks: Sequence[Check] | None = None, error: UserError | None = None,
+         table: str | None = None, warnings: Sequence[str] = ()) -> int:
+    """The one way a CLI finishes. --json: exactly one envelope on stdout ({ok, schema_version, checks, data,
+    error}; error on every non-zero exit, the first failed check when none is given). Text: the table on
+    stdout. Either way warnings and Error/Hint lines (one per failed check) go to stderr.
+    Returns the exit code: error.code, else 1 when a check failed, else 0."""
+    global _emitted
+    error = error or first_failure(checks or [])
+    if as_json and not _emitted:
+        print_json(envelope(error is None, checks=None if checks is None else [c.to_dict() for c in checks],
+                            data=data, error=error))
+        _emitted = True
+    elif not as_json and table:
+        print(table)
+    for warning in warnings:
+        print_warning(warning)
+    failed = [c for c in checks or [] if c.status == "fail"]
+    for c in failed:
+        print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+    if error is not None and not failed:
+        print_error(error.message, error.hint)
+    return error.code if error is not None else EXIT_OK
+
+
 def emit_checks(checks: Sequence[Check], as_json: bool, data: dict | None = None) -> int:
-    """Print checks as a table (hints of failures on stderr) or as the --json envelope; return the exit code."""
-    ok = checks_ok(checks)
-    if as_json:
-        print_json(envelope(ok, checks=[c.to_dict() for c in checks], data=data))
-    else:
-        print(render_checks(checks))
-        for c in checks:
-            if c.status == "fail":
-                print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
-    return EXIT_OK if ok else EXIT_FAIL
+    """A gate made of checks: the checks table, or the envelope with them."""
+    return emit(as_json, data=data, checks=checks, table=render_checks(checks))
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -149,11 +178,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         hint = f"run `{self.prog} --help` for usage"
+        self.last_error = (message, hint)
         if message.startswith("unrecognized arguments:"):  # say it plainly; a typo must never become config
             message = "unknown argument: " + message.split(":", 1)[1].strip()
             hint = "overrides go after --, e.g. -- trainer.total_epochs=1; see --help"
         elif message.endswith("expected one argument"):
             message = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1] + " needs a value"
+        self.last_error = (message, hint)
         print_error(message, hint)
         sys.exit(EXIT_USAGE)
 
@@ -165,26 +196,43 @@ def add_common_flags(parser: argparse.ArgumentParser, json_flag: bool = True) ->
 
 
 def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code."""
+    """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code.
+    With --json every exit, usage errors included, prints exactly one envelope."""
+    global _emitted
+    _emitted = False
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        return int(exc.code or 0)
+        code = int(exc.code or 0)
+        if code and wants_json:
+            message, hint = getattr(parser, "last_error", ("usage error", "see --help"))
+            print_json(envelope(False, error={"message": message, "hint": hint}))
+        return code
     as_json = bool(getattr(args, "json", False))
     try:
         return body(args)
     except UserError as exc:
-        if as_json:
-            print_json(envelope(False, error=exc))
-        print_error(exc.message, exc.hint)
-        return exc.code
+        return emit(as_json, error=exc)
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130
+    except BrokenPipeError:  # `... | head` closed the pipe: nothing left to say, and no one to say it to
+        _quiet_stdout()
+        return 128 + 13  # as a tool killed by SIGPIPE reports it
     except Exception as exc:
         if getattr(args, "debug", False):
             traceback.print_exc()
-        if as_json:
-            print_json(envelope(False, error={"message": f"internal error: {exc!r}", "hint": "rerun with --debug"}))
-        print_error(f"internal error: {exc!r}", "rerun with --debug for the traceback, and report it")
-        return EXIT_FAIL
+        return emit(as_json, error=UserError(f"internal error: {exc!r}",
+                                             "rerun with --debug for the traceback, and report it", EXIT_FAIL))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot raise BrokenPipeError again."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

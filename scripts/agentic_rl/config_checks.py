@@ -1,10 +1,6 @@
-#!/usr/bin/env python3
 """config.json checks in pure Python: JSON Schema, did-you-mean for unknown keys, VERL's rules.
 
-    python scripts/config_checks.py assets/example/config.json --gpus 1
-    python scripts/config_checks.py config.json --get data.train_batch_size --get trainer.n_gpus_per_node
-
-validate_data.py runs these checks on a task folder; this CLI checks one config file alone.
+validate_data.py runs these checks on a task folder; check_config.py checks one config file alone.
 
 Agent Lightning merges config.json into VERL's config with strict mode off, so a typo is silently
 ignored and most of VERL's own checks fire only after Ray, the model and vLLM are up. These checks
@@ -28,11 +24,9 @@ import fnmatch
 import functools
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, files
 from agentic_rl.cli import Check
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -279,43 +273,3 @@ def _leaves(node: Any, prefix: str = ""):
             yield from _leaves(value, f"{prefix}{key}.")
     else:
         yield prefix.rstrip(".")
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def build_parser() -> cli.ArgumentParser:
-    parser = cli.ArgumentParser(
-        prog="config_checks.py", description="Check a config.json against VERL 0.8.0 / Agent Lightning 1.0.2.",
-        epilog="example:\n  python scripts/config_checks.py assets/example/config.json --gpus 1")
-    parser.add_argument("config", help="the config.json file")
-    parser.add_argument("--gpus", type=int, help="GPU count to check against (overrides trainer.n_gpus_per_node)")
-    parser.add_argument("--train-rows", type=int, help="train.jsonl row count, for the batch-size check")
-    parser.add_argument("--get", action="append", metavar="KEY", default=[],
-                        help="print the value VERL will use for a dotted key (repeatable); no checks")
-    cli.add_common_flags(parser)
-    return parser
-
-
-def _body(args) -> int:
-    path = Path(args.config)
-    if not path.is_file():
-        raise cli.UserError(f"{path} not found", "pass the path of a config.json", cli.EXIT_USAGE)
-    cfg = files.read_json_file(path)
-    if args.get:
-        values = {key: effective(cfg if isinstance(cfg, dict) else {}, key) for key in args.get}
-        if args.json:
-            cli.print_json(cli.envelope(True, data=values))
-        else:
-            print(cli.render_table([{"key": k, "value": json.dumps(v)} for k, v in values.items()]))
-        return cli.EXIT_OK
-    checks = check_config(cfg, source=path.name, gpus=args.gpus, train_rows=args.train_rows)
-    return cli.emit_checks(checks, args.json)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return cli.run_cli(_body, build_parser(), argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

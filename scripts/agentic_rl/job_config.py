@@ -109,16 +109,15 @@ class Plan:
 
 
 def _set(cfg: Any, key: str, value: Any) -> None:
-    from omegaconf import OmegaConf
+    from agentic_rl.edge import verl_config
 
-    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    verl_config.set_value(cfg, key, value)
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    from omegaconf import OmegaConf
+    from agentic_rl.edge import verl_config
 
-    value = OmegaConf.select(cfg, key, default=default)
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return verl_config.get_value(cfg, key, default)
 
 
 def _explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
@@ -228,14 +227,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:
-    from omegaconf import OmegaConf
+    from agentic_rl.edge import verl_config
 
-    shown = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
-    OmegaConf.update(shown, "agentlightning.agl_key", "***redacted***", force_add=True)
-    try:
-        text = OmegaConf.to_yaml(shown, resolve=True)
-    except Exception:  # an interpolation that only resolves inside VERL: keep it as written
-        text = OmegaConf.to_yaml(shown)
+    text = verl_config.to_yaml(cfg, redact=("agentlightning.agl_key",))
     merged = info.get("verl_defaults_merged")
     head = ("# VERL 0.8.0's defaults (ppo_trainer.yaml) were merged.\n" if merged else
             "# VERL's defaults were NOT merged (verl's config files not found): this is Agent Lightning's\n"

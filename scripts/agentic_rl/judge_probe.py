@@ -31,6 +31,7 @@ from pathlib import Path
 
 from agentic_rl import cli, task
 from agentic_rl.cli import Check
+from agentic_rl.edge import procs
 
 HINT = "compute_reward(response: str, ground_truth, metadata: dict) -> float; see examples.md"
 KINDS = ("oracle", "empty")
@@ -156,7 +157,7 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
     except subprocess.TimeoutExpired:
         pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child is unreaped, so its pid cannot have been reused
+        procs.signal_group(proc.pid, signal.SIGKILL)  # the child is unreaped, so its pid cannot have been reused
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait(timeout=10)

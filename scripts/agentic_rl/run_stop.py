@@ -10,8 +10,6 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
-
 from agentic_rl import run_dir
 from agentic_rl.cli import EXIT_USAGE, UserError
 from agentic_rl.edge import procs
@@ -27,10 +25,7 @@ def wait_gone(pid: int, timeout: float) -> bool:
     """Poll until pid is gone or a zombie (it is not our child, so psutil's wait cannot reap it)."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
+        if procs.gone(pid):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -61,11 +56,7 @@ def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
             return None
         held = []
         for gp in gpu_procs:
-            try:
-                ours = gp["pid"] in pids or procs.process_run_id(psutil.Process(gp["pid"])) == run_id
-            except psutil.NoSuchProcess:
-                ours = gp["pid"] in pids
-            if ours:
+            if gp["pid"] in pids or procs.run_id_of(gp["pid"]) == run_id:
                 held.append(gp)
         if not held or time.monotonic() >= deadline:
             return held
@@ -75,11 +66,7 @@ def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
 def describe(pids: list[int]) -> list[dict]:
     rows = []
     for pid in pids:
-        try:
-            cmd = " ".join(psutil.Process(pid).cmdline())[:100]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            cmd = ""
-        rows.append({"pid": pid, "name": procs.process_name(pid), "cmdline": cmd})
+        rows.append({"pid": pid, "name": procs.process_name(pid), "cmdline": procs.cmdline(pid)})
     return rows
 
 
@@ -87,15 +74,14 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
     """SIGTERM to the proved main.py's process group, then wait for main.py to finish its clean-up.
     Returns whether main.py exited."""
     pid, pgid = int(state["pid"]), state.get("pgid")
-    try:
-        actual = os.getpgid(pid)
-    except ProcessLookupError:
+    actual = procs.group_of(pid)
+    if actual is None:
         return True
     if pgid and int(pgid) == actual:
-        os.killpg(actual, signal.SIGTERM)
+        procs.signal_group(actual, signal.SIGTERM)
         report["actions"].append(f"SIGTERM sent to process group {actual} (main.py pid {pid})")
     else:  # the recorded group is not main.py's: signal only the proved pid
-        os.kill(pid, signal.SIGTERM)
+        procs.signal_pid(pid, signal.SIGTERM)
         report["actions"].append(f"SIGTERM sent to main.py pid {pid} (recorded pgid {pgid} is not its group)")
     started = time.monotonic()
     if wait_gone(pid, timeout):

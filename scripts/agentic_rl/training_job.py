@@ -35,7 +35,7 @@ from pathlib import Path
 
 from agentic_rl import cli, job_config, launcher, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
-from agentic_rl.edge import agl
+from agentic_rl.edge import agl, procs
 
 Failure = job_config.Failure
 
@@ -91,8 +91,6 @@ def wait_for_launch_record() -> None:
 
 def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
     """Started by the launcher: its record is there. By hand: write our own launch record. Then add fields."""
-    from agentic_rl.edge import procs
-
     if not handed_over or (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
         run_dir.record_launch(output_dir, pid=os.getpid(), proc_start_time=procs.process_start_time(os.getpid()),
                               run_id=fields["run_id"], input_dir=Path(fields["input_dir"]),
@@ -132,7 +130,7 @@ class Run:
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, f"the {svc.name} exited (code {svc.proc.returncode}): "
                                                    f"{svc.log_tail(2)}"[:400])
-                    os.kill(os.getpid(), signal.SIGUSR1)
+                    procs.signal_self(signal.SIGUSR1)
                     return
             time.sleep(0.5)
 
@@ -286,17 +284,13 @@ class Run:
         return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
 
     def shutdown(self) -> list[int]:
-        from agentic_rl.edge import procs
-
         agl.stop_service(self.controller, agl.CONTROLLER_STOP_S)
-        if self.ray_started and "ray" in sys.modules:
-            try:
-                import ray
+        if self.ray_started:
+            from agentic_rl.edge import ray_cluster
 
-                if ray.is_initialized():
-                    ray.shutdown()  # stops the local cluster ray.init started; never a host-wide `ray stop`
-            except Exception as exc:
-                log(f"ray.shutdown failed: {exc!r}")
+            problem = ray_cluster.shutdown_local()  # the cluster ray.init started; never a host-wide `ray stop`
+            if problem:
+                log(f"ray.shutdown failed: {problem}")
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()

@@ -29,6 +29,7 @@ from typing import Any
 
 from agentic_rl import run_dir
 from agentic_rl.cli import UserError
+from agentic_rl.edge import procs
 
 KEY_ENV = "ARL_AGL_KEY"
 HOST = "127.0.0.1"
@@ -172,9 +173,7 @@ def stop_service(svc: Service | None, timeout: float) -> int | None:
     if svc is None or svc.proc.poll() is not None:
         return None if svc is None else svc.proc.returncode
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(svc.proc.pid, sig)
-        except ProcessLookupError:
+        if not procs.signal_group(svc.proc.pid, sig):  # our own child, leader of its own session
             break
         try:
             return svc.proc.wait(wait)

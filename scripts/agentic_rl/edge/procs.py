@@ -124,9 +124,19 @@ def kill_run(run_id: str, timeout: float = 5.0, exclude_pids: Iterable[int] = ()
     return [p.pid for p in find_run_processes(run_id, exclude)]
 
 
-def run_resources(run_id: str) -> dict:
-    """CPU %, RSS and process count of all processes carrying run_id."""
+def run_resources(run_id: str, sample_s: float = 0.2) -> dict:
+    """CPU %, RSS and process count of all processes carrying run_id. CPU % is measured over sample_s:
+    psutil's first cpu_percent(interval=None) of a process is always 0."""
+    import time
+
     procs = find_run_processes(run_id)
+    for proc in procs:
+        try:
+            proc.cpu_percent(interval=None)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    if procs and sample_s > 0:
+        time.sleep(sample_s)
     cpu = rss = 0.0
     for proc in procs:
         try:
@@ -150,3 +160,57 @@ def process_name(pid: int) -> str:
         return "(exited)"
     except psutil.AccessDenied:
         return "(no access)"
+
+
+def gone(pid: int) -> bool:
+    """Whether pid has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        return psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def run_id_of(pid: int) -> str | None:
+    """EVO_RUN_ID of a pid, or None when it is gone or unreadable."""
+    try:
+        return process_run_id(psutil.Process(int(pid)))
+    except psutil.NoSuchProcess:
+        return None
+
+
+def cmdline(pid: int, limit: int = 100) -> str:
+    try:
+        return " ".join(psutil.Process(int(pid)).cmdline())[:limit]
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(int(pid))
+    except ProcessLookupError:
+        return None
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group the caller has proved is its own (its child's, or the run's proved job).
+    False when the group is gone."""
+    try:
+        os.killpg(int(pgid), sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def signal_pid(pid: int, sig: int) -> bool:
+    """Signal one proved pid. False when it is gone."""
+    try:
+        os.kill(int(pid), sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def signal_self(sig: int) -> None:
+    """Deliver sig to this process (the job's watchdog thread interrupts its main thread this way)."""
+    os.kill(os.getpid(), sig)

@@ -85,3 +85,17 @@ def read_ray_nodes(address: str, timeout: float = 60.0) -> list[dict]:
         raise UserError(f"cannot read the Ray cluster at {address}: {last}",
                         "check the address (ray status --address ADDR) and the Ray version on both sides", EXIT_ENV)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def shutdown_local() -> str | None:
+    """Stop the Ray cluster this process's ray.init started, if Ray was imported at all; the error text, or None."""
+    if "ray" not in sys.modules:
+        return None
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception as exc:
+        return repr(exc)
+    return None

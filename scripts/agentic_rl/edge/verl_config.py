@@ -195,3 +195,31 @@ def run_verl_validate(cfg: Any) -> list[str]:
     except Exception as exc:
         errors.append(_first_line(exc))
     return errors
+
+
+def set_value(cfg: Any, key: str, value: Any) -> None:
+    """Set a dotted key of a composed config, adding it when absent (Agent Lightning merges non-strict)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+
+
+def get_value(cfg: Any, key: str, default: Any = None) -> Any:
+    """A dotted key's value as plain Python (containers resolved), or default."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key, default=default)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def to_yaml(cfg: Any, redact: tuple[str, ...] = ()) -> str:
+    """The config as YAML, resolved where it resolves here, with the redact keys replaced."""
+    from omegaconf import OmegaConf
+
+    shown = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key in redact:
+        OmegaConf.update(shown, key, "***redacted***", force_add=True)
+    try:
+        return OmegaConf.to_yaml(shown, resolve=True)
+    except Exception:  # an interpolation that only resolves inside VERL: keep it as written
+        return OmegaConf.to_yaml(shown)

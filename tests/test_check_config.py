@@ -2,6 +2,33 @@
 
 from __future__ import annotations
 
+import json
+
+import check_config
+from conftest import ROOT, run_script
 
 
+def test_cli_in_process(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"data": {"trian_batch_size": 8}}))
+    assert check_config.main([str(path), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["schema_version"] == 1
+    assert any(c["details"].get("suggestion") == "data.train_batch_size" for c in out["checks"])
+    assert check_config.main([str(ROOT / "assets" / "example" / "config.json"), "--gpus", "1"]) == 0
+    assert "VERL 0.8.0 rules pass for 1 GPU(s)" in capsys.readouterr().out
+    assert check_config.main([str(path), "--get", "data.train_batch_size", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"] == {"data.train_batch_size": 1024}  # the typo is ignored
+    assert check_config.main([str(tmp_path / "missing.json")]) == 2
+    assert "Error:" in capsys.readouterr().err
 
+
+def test_cli_subprocess_from_another_cwd(tmp_path):
+    proc = run_script("check_config.py", str(ROOT / "assets" / "example" / "config.json"), "--get",
+                      "data.train_batch_size", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"] == {"data.train_batch_size": 16}
+    bad = tmp_path / "c.json"
+    bad.write_text('{"trainer": {"n_gpus_per_node": 1}}')
+    proc = run_script("check_config.py", str(bad), cwd=tmp_path)
+    assert proc.returncode == 1 and "Error: " in proc.stderr and "Hint: " in proc.stderr

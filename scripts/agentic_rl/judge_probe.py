@@ -11,7 +11,8 @@ calls it twice per sample row (the row's ground truth as text, then an empty res
 reports one JSON line per step on a private copy of stdout; the judge's own prints go to stderr.
 The parent allows `timeout` seconds per step and kills the child's process group on a hang.
 
-    >>> r = probe(Path("assets/example"), [("train.jsonl:1", {"ground_truth": "-74"})], timeout=10)
+    >>> from agentic_rl.cli import BUNDLE_DIR
+    >>> r = probe(BUNDLE_DIR / "assets/example", [("train.jsonl:1", {"ground_truth": "-74"})], timeout=10)
     >>> r["outcome"], r["oracle_mean"], r["empty_mean"]
     ('done', 1.0, 0.0)
 """

@@ -14,8 +14,10 @@ oracle gives that text for that row's prompt instead of its ground truth (a text
 max_tokens comes back cut, finish_reason `length`). Tests use it to make rows truncated, identical
 or wrong; a user has no reason to set it.
 
-    >>> srv = OracleServer({"Solve: 1+2": "3"}); srv.start(); srv.url.startswith("http://127.0.0.1:")
+    >>> srv = OracleServer({"Solve: 1+2": "3"}).start()
+    >>> srv.url.startswith("http://127.0.0.1:")
     True
+    >>> srv.stop()
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ resources, GPU memory, checkpoints, samples and the log's tail (read from the en
 
     >>> import tempfile, pathlib
     >>> log = pathlib.Path(tempfile.mkdtemp()) / "training.log"
-    >>> _ = log.write_bytes(b"one\ntwo\rthree\n")
+    >>> _ = log.write_bytes(b"one\\ntwo\\rthree\\n")
     >>> tail_lines(log, 2)
     ['two', 'three']
 """

@@ -3,10 +3,18 @@
 `ray` is imported only in a child process that read_ray_nodes starts with a deadline, because
 ray.init retries an unreachable GCS for ever and a hung driver must not hang a gate.
 
-    >>> from agentic_rl.edge import ray_cluster
-    >>> ray_cluster.read_ray_nodes("127.0.0.1:6379")     # with `ray start --head --num-gpus=4` there
+With `ray start --head --num-gpus=4` on 127.0.0.1:6379, read_ray_nodes("127.0.0.1:6379") gives
+
     [{'node_id': '81c3074f...', 'address': '127.0.0.1', 'alive': True, 'gpus_total': 4.0,
       'gpus_available': 4.0, 'cpus_total': 13.0, 'cpus_available': 13.0}]
+
+and with nothing listening there it says so at once, without starting Ray:
+
+    >>> from agentic_rl.edge import ray_cluster
+    >>> ray_cluster.read_ray_nodes("127.0.0.1:1")
+    Traceback (most recent call last):
+    ...
+    agentic_rl.cli.UserError: no Ray cluster answers at 127.0.0.1:1 (Connection refused)
 """
 
 from __future__ import annotations

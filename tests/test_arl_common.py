@@ -74,3 +74,27 @@ def test_run_cli_usage_error_exit_2(capsys):
 def test_update_status_accepts_output_dir_field(tmp_path):
     update_status(tmp_path, output_dir="/x", status="starting")
     assert json.loads((tmp_path / "training.status").read_text())["output_dir"] == "/x"
+
+
+# --------------------------------------------------------------------------- strict JSON in and out
+
+
+def test_print_json_is_strict_json_whatever_a_value_holds(capsys):
+    from agentic_rl import common
+
+    common.print_json(common.envelope(True, data={"mean": float("inf"), "low": float("-inf"), "nan": float("nan"),
+                                                  "text": "a\ud800b", "\udc00key": 1, "obj": object,
+                                                  "ok": [1.5, "é", None]}))
+    out = capsys.readouterr().out  # conftest's capsys parses it strictly too
+    data = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))["data"]
+    assert (data["mean"], data["low"], data["nan"]) == ("inf", "-inf", "nan")
+    assert data["text"] == "a\\ud800b" and data["\\udc00key"] == 1 and data["obj"] == "<class 'object'>"
+    assert data["ok"] == [1.5, "é", None]
+
+
+def test_the_suite_checks_every_json_envelope_it_reads(capsys):
+    print('{"ok": true, "schema_version": 1, "data": {"mean": Infinity}}')
+    with pytest.raises(pytest.fail.Exception, match="Infinity is not JSON"):
+        capsys.readouterr()
+    print('{"ok": true}\n{"ok": false}')
+    assert capsys.readouterr().out.count("ok") == 2

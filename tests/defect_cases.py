@@ -78,6 +78,19 @@ def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
     return apply
 
 
+def replace(name: str, old: str, new: str) -> Callable[[Path], None]:
+    """Replace text in a file exactly once (the literal text, so NaN and 1e309 reach the file as written)."""
+    def apply(task: Path) -> None:
+        text = (task / name).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} is not once in {name}"
+        (task / name).write_text(text.replace(old, new), encoding="utf-8")
+    return apply
+
+
+def nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
 def pop(key: str) -> Callable[[dict], None]:
     return lambda row: row.pop(key)
 
@@ -137,6 +150,30 @@ CASES: list[Case] = [
          (("test.jsonl:5", "duplicate id '7' (first at line 1)"),), fields=("id",)),
     Case("id-not-scalar", edit_row("train.jsonl", 11, put("id", ["a"])),
          (("train.jsonl:11", "field id must be a string or an integer, got list"),), fields=("id",)),
+    # Odd but legal input: JSON that parses, yet cannot be written out, used or resolved.
+    Case("config-nested-100000-deep", write("config.json", nested(100_000)),
+         (("config.json", "config.json:1: nested deeper than 32 levels"),)),
+    Case("config-nested-40-deep", write("config.json", nested(40)),
+         (("config.json", "config.json:1: nested deeper than 32 levels"),)),
+    Case("agent-nested-100000-deep", write("agent.json", nested(100_000)),
+         (("agent.json", "agent.json:1: nested deeper than 32 levels"),)),
+    Case("agent-jsonl-nested-deep", both(remove("agent.json"), write("agent.jsonl", "\n" + nested(5000) + "\n")),
+         (("agent.jsonl", "agent.jsonl:2: nested deeper than 32 levels"),)),
+    Case("config-lr-1e309", replace("config.json", '"lr": 1e-6', '"lr": 1e309'),
+         (("config.json", "config.json:20: actor_rollout_ref.actor.optim.lr: 1e309 is beyond the range of a "
+                          "64-bit float"),)),
+    Case("config-lr-infinity", replace("config.json", '"lr": 1e-6', '"lr": Infinity'),
+         (("config.json", "actor_rollout_ref.actor.optim.lr: Infinity is not valid JSON"),)),
+    Case("config-gpu-memory-nan", replace("config.json", '"gpu_memory_utilization": 0.5', '"gpu_memory_utilization": NaN'),
+         (("config.json", "config.json:26: actor_rollout_ref.rollout.gpu_memory_utilization: NaN is not valid JSON"),)),
+    Case("config-temperature-nan", replace("config.json", '"n": 4,', '"n": 4, "temperature": NaN,'),
+         (("config.json", "actor_rollout_ref.rollout.temperature: NaN is not valid JSON"),)),
+    Case("config-huge-integer", replace("config.json", '"total_epochs": 2', '"total_epochs": 1' + "0" * 400),
+         (("config.json", "trainer.total_epochs: 100000000000... (401 digits) is beyond the range"),)),
+    Case("agent-max-tokens-nan", write("agent.json", '{"model_name": "m", "max_tokens": NaN}\n'),
+         (("agent.json", "max_tokens: NaN is not valid JSON"),)),
+    Case("agent-model-name-surrogate", write("agent.json", '{"model_name": "Qwen\\ud800"}\n'),
+         (("agent.json", "model_name: lone surrogate escape \\ud800"),)),
     # Whole files.
     Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
     Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),

@@ -98,3 +98,45 @@ def test_the_suite_checks_every_json_envelope_it_reads(capsys):
         capsys.readouterr()
     print('{"ok": true}\n{"ok": false}')
     assert capsys.readouterr().out.count("ok") == 2
+
+
+@pytest.mark.parametrize("text, message, line, key", [
+    ('{\n  "optim": {\n    "lr": 1e309\n  }\n}', "optim.lr: 1e309 is beyond the range of a 64-bit float", 3,
+     "optim.lr"),
+    ('{"a": [1, -Infinity]}', "a.1: -Infinity is not valid JSON", 1, "a.1"),
+    ('{"t": NaN}', "t: NaN is not valid JSON", 1, "t"),
+    ('{"n": ' + "9" * 400 + "}", "n: 999999999999... (400 digits) is beyond the range", 1, "n"),
+    ('{"m":\n "x\\ud800"}', "m: lone surrogate escape \\ud800", 2, "m"),
+    ('{"a": 1,\n "b": {"\\udc01": 2}}', "lone surrogate escape \\udc01", 2, "b.\\udc01"),
+    ('{"a":\n' * 40 + "1" + "}" * 40, "nested deeper than 32 levels", 33, "a." * 32 + "a"),
+    ('[' * 100_000 + "]" * 100_000, "nested deeper than 32 levels", 1, None),
+    ('{"a": 1,}', "invalid JSON: Expecting property name", 1, None),
+])
+def test_parse_json_strict_names_line_and_key(text, message, line, key):
+    from agentic_rl.common import JSONProblem, parse_json_strict
+
+    with pytest.raises(JSONProblem) as info:
+        parse_json_strict(text)
+    assert message in info.value.message and info.value.hint
+    assert (info.value.line, info.value.key) == (line, key)
+
+
+def test_parse_json_strict_accepts_what_json_allows():
+    from agentic_rl.common import parse_json_strict
+
+    text = '{"a": "\\ud83d\\ude00", "b": "\\\\ud800", "c": 1.7976931348623157e308, "d": ' + "[" * 31 + "]" * 31 + "}"
+    assert parse_json_strict(text) == {"a": "\U0001f600", "b": "\\ud800", "c": 1.7976931348623157e308,
+                                       "d": json.loads("[" * 31 + "]" * 31)}
+
+
+def test_read_json_file_errors_name_file_line_and_key(tmp_path):
+    from agentic_rl.common import read_json_file
+
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "trainer": {"total_epochs": 2},\n  "lr": Infinity\n}\n')
+    with pytest.raises(UserError) as info:
+        read_json_file(path)
+    assert info.value.message == f"{path}:3: lr: Infinity is not valid JSON (JSON has no NaN or Infinity)"
+    path.write_text('{"a": 1,}')
+    with pytest.raises(UserError, match=r"config.json:1:9: invalid JSON: Expecting property name"):
+        read_json_file(path)

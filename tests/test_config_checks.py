@@ -291,3 +291,21 @@ def test_a_section_of_the_wrong_type_silences_the_rules_inside_it():
     names = {c.name for c in config_checks.check_config(with_(EXAMPLE_CFG, actor_rollout_ref__actor="x"))
              if c.status == "fail"}
     assert names == {"schema"}
+
+
+# --------------------------------------------------------------------------- odd but legal values
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested deeper than 32 levels"),
+    ('{"data": {"train_batch_size": 8}, "x": NaN}', "x: NaN is not valid JSON"),
+    ('{"actor_rollout_ref": {"actor": {"optim": {"lr": 1e309}}}}', "lr: 1e309 is beyond the range"),
+])
+def test_cli_on_files_that_are_not_strict_json(text, message, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    proc = run_module("config_checks", str(path), "--json", cwd=tmp_path)
+    assert proc.returncode == 1 and message in json.loads(proc.stdout)["error"]["message"]
+    proc = run_module("config_checks", str(path), "--get", "data.train_batch_size", cwd=tmp_path)
+    assert proc.returncode == 1 and f"Error: {path}:1: " in proc.stderr and message in proc.stderr
+    assert "Hint: " in proc.stderr and "Traceback" not in proc.stderr and "internal error" not in proc.stderr

@@ -126,7 +126,7 @@ def test_defect_case(case, example_task, capsys):
 
 
 def test_there_are_enough_defect_cases():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 62  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -290,3 +290,15 @@ def test_judge_signature_variants_accepted(example_task, capsys):
         "def compute_reward(*args, **kwargs):\n    return bool(args[0])\n")
     code, env, _ = run_json(capsys, str(example_task), "--sample", "2")
     assert code == 0 and env["data"]["judge"]["signature"] == "(*args, **kwargs)"
+
+
+# --------------------------------------------------------------------------- odd but legal input
+
+
+def test_quick_checks_catch_config_and_agent_files_that_are_not_strict_json(example_task):
+    (example_task / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (example_task / "agent.json").write_text('{"model_name": "m", "max_tokens": Infinity}')
+    failed = {c.where: c.message for c in validate_data.quick_checks(example_task) if c.status == "fail"}
+    assert failed == {"config.json": "config.json:1: nested deeper than 32 levels",
+                      "agent.json": "agent.json:1: max_tokens: Infinity is not valid JSON (JSON has no NaN or "
+                                    "Infinity)"}

@@ -151,6 +151,14 @@ CASES: list[Case] = [
     Case("id-not-scalar", edit_row("train.jsonl", 11, put("id", ["a"])),
          (("train.jsonl:11", "field id must be a string or an integer, got list"),), fields=("id",)),
     # Odd but legal input: JSON that parses, yet cannot be written out, used or resolved.
+    Case("lone-surrogate", set_line("train.jsonl", 3, '{"question": "1 + 1", "ground_truth": "\\ud800"}'),
+         (("train.jsonl:3", "field ground_truth holds a lone surrogate escape \\ud800"),), fields=("ground_truth",)),
+    Case("lone-surrogate-in-a-key-test", set_line("test.jsonl", 4, '{"question": "1", "ground_truth": "1", '
+                                                  '"metadata": {"n\\udc00te": 1}}'),
+         (("test.jsonl:4", "lone surrogate escape \\udc00"),), fields=("metadata",)),
+    Case("lone-surrogate-in-the-first-prompt", set_line("train.jsonl", 1, '{"question": "a\\udfffb", '
+                                                        '"ground_truth": "1"}'),
+         (("train.jsonl:1", "field question holds a lone surrogate"),), fields=("question",)),
     Case("config-nested-100000-deep", write("config.json", nested(100_000)),
          (("config.json", "config.json:1: nested deeper than 32 levels"),)),
     Case("config-nested-40-deep", write("config.json", nested(40)),

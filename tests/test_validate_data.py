@@ -126,7 +126,7 @@ def test_defect_case(case, example_task, capsys):
 
 
 def test_there_are_enough_defect_cases():
-    assert len(CASES) >= 62  # grows with every bad input found and handled; never shrinks
+    assert len(CASES) >= 65  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -293,6 +293,23 @@ def test_judge_signature_variants_accepted(example_task, capsys):
 
 
 # --------------------------------------------------------------------------- odd but legal input
+
+
+def test_a_lone_surrogate_row_fails_the_job_at_preflight(example_task, tmp_path):
+    """Caught before launch: the job's own row loading stops at once (it used to be retried ~10 times)."""
+    from conftest import run_module
+
+    lines = (example_task / "test.jsonl").read_text().splitlines(keepends=True)
+    lines[4] = '{"question": "1 + 1", "ground_truth": "2", "metadata": {"note": "\\ud800"}}\n'
+    (example_task / "test.jsonl").write_text("".join(lines))
+    out = tmp_path / "out"
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-surrogate-{os.getpid()}", timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    st = json.loads((out / "training.status").read_text())
+    assert st["status"] == "failed" and st["failed_component"] == "preflight"
+    assert st["reason"].startswith("test.jsonl:5: field metadata.note holds a lone surrogate escape \\ud800")
+    assert not (out / "rehearsal.json").exists()
 
 
 def test_quick_checks_catch_config_and_agent_files_that_are_not_strict_json(example_task):

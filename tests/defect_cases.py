@@ -182,6 +182,12 @@ CASES: list[Case] = [
          (("agent.json", "max_tokens: NaN is not valid JSON"),)),
     Case("agent-model-name-surrogate", write("agent.json", '{"model_name": "Qwen\\ud800"}\n'),
          (("agent.json", "model_name: lone surrogate escape \\ud800"),)),
+    Case("judge-returns-1e308", write("judge.py", JUDGE_HEAD + "    return 1e308 if response else 0.0\n"),
+         (("judge.py", "returned 1e+308, beyond bfloat16's range"),)),
+    Case("judge-returns-10-to-the-400", write("judge.py", JUDGE_HEAD + "    return 10 ** 400\n"),
+         (("judge.py", "returned a number too large for a float (an integer of 1329 bits)"),)),
+    Case("judge-returns-numpy-array", write("judge.py", "import numpy\n" + JUDGE_HEAD + "    return numpy.ones(2)\n"),
+         (("judge.py", "returned ndarray"),)),
     # Whole files.
     Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
     Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 
 import pytest
 from agentic_rl.common import (
@@ -140,3 +141,34 @@ def test_read_json_file_errors_name_file_line_and_key(tmp_path):
     path.write_text('{"a": 1,}')
     with pytest.raises(UserError, match=r"config.json:1:9: invalid JSON: Expecting property name"):
         read_json_file(path)
+
+
+# --------------------------------------------------------------------------- judge rewards
+
+
+def test_coerce_reward_takes_numpy_scalars_like_their_python_types():
+    import numpy as np
+    from agentic_rl.common import coerce_reward
+
+    assert [coerce_reward(v) for v in (np.bool_(True), np.bool_(False), np.float32(0.5), np.int64(3),
+                                       np.float16(2), np.array(0.25))] == [1.0, 0.0, 0.5, 3.0, 2.0, 0.25]
+    for value, text in ((np.array([1.0, 2.0]), "returned ndarray"), (np.float64("nan"), "not a finite number"),
+                        (np.str_("1"), "returned str '1'"), (10**400, "too large for a float (an integer of 1329 "
+                                                                        "bits)"),
+                        (10**5000, "an integer of 16610 bits"), (1e308, "beyond bfloat16's range"),
+                        (-3.4e38, "beyond bfloat16's range")):
+        with pytest.raises(ValueError, match=re.escape(text)):
+            coerce_reward(value)
+    assert coerce_reward(3.3e38) == 3.3e38
+
+
+def test_common_does_not_import_numpy():
+    import subprocess
+    import sys
+
+    from conftest import SCRIPTS
+
+    code = ("import sys; from agentic_rl import common; common.coerce_reward(True); common.coerce_reward(2.0); "
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=SCRIPTS, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -126,7 +126,7 @@ def test_defect_case(case, example_task, capsys):
 
 
 def test_there_are_enough_defect_cases():
-    assert len(CASES) >= 65  # grows with every bad input found and handled; never shrinks
+    assert len(CASES) >= 68  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -319,3 +319,19 @@ def test_quick_checks_catch_config_and_agent_files_that_are_not_strict_json(exam
     assert failed == {"config.json": "config.json:1: nested deeper than 32 levels",
                       "agent.json": "agent.json:1: max_tokens: Infinity is not valid JSON (JSON has no NaN or "
                                     "Infinity)"}
+
+
+def test_numpy_rewards_are_taken_like_python_ones(example_task, capsys):
+    (example_task / "judge.py").write_text(
+        "import numpy\n" + JUDGE_HEAD + "    return numpy.bool_(response.strip() == str(ground_truth).strip())\n")
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "4")
+    assert code == 0, fails(env)
+    assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (1.0, 0.0)
+
+
+def test_large_finite_rewards_keep_a_finite_mean(example_task, capsys):
+    # 16 rewards of 3e38 sum beyond bfloat16 but not float64; the mean is taken term by term anyway.
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 3e38 if response else -3e38\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 0, fails(env)
+    assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (3e38, -3e38)

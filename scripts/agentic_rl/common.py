@@ -611,16 +611,35 @@ def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
     return fn
 
 
+# Agent Lightning 1.0.2 puts rewards into a bfloat16 tensor (verl/rollout_adapter.py): beyond this they are inf.
+BFLOAT16_MAX = 3.3895313892515355e38
+
+
 def coerce_reward(value: Any) -> float:
-    """A judge result as a float: bool and int are accepted; anything else non-numeric or non-finite raises."""
-    import math
+    """A judge result as a float: bool, int and float (numpy's scalars too) are accepted; anything else
+    non-numeric, non-finite or beyond bfloat16 raises ValueError.
+
+        >>> coerce_reward(True), coerce_reward(3)
+        (1.0, 3.0)
+    """
     import numbers
 
+    # numpy.bool_ is no numbers.Real; its scalars say what they are via .item(). numpy is never imported here.
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)) and not getattr(value, "shape", ()):
+        value = value.item()
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, numbers.Real):
         raise ValueError(f"compute_reward returned {type(value).__name__} {value!r}, not a number")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond 1.8e308 (str() of it may itself be refused: 4,300 digits at most)
+        bits = int(value).bit_length() if isinstance(value, numbers.Integral) else 0
+        raise ValueError("compute_reward returned a number too large for a float"
+                         + (f" (an integer of {bits} bits)" if bits else "")) from None
     if not math.isfinite(result):
         raise ValueError(f"compute_reward returned {result}, not a finite number")
+    if abs(result) > BFLOAT16_MAX:
+        raise ValueError(f"compute_reward returned {result:g}, beyond bfloat16's range (3.4e38) in which Agent "
+                         "Lightning passes rewards to VERL (it would train on inf)")
     return result

@@ -296,6 +296,19 @@ def test_a_section_of_the_wrong_type_silences_the_rules_inside_it():
 # --------------------------------------------------------------------------- odd but legal values
 
 
+@pytest.mark.parametrize("key, value", [
+    ("data.train_batch_size", 1000.0), (f"{A}.ppo_mini_batch_size", 16.0), ("trainer.n_gpus_per_node", 1.0),
+    ("data.val_batch_size", 8.0),
+])
+def test_a_float_that_is_an_integer_is_not_an_integer(key, value):
+    # VERL hands data.train_batch_size to torch's DataLoader as written, which refuses batch_size=1000.0.
+    cfg = with_(EXAMPLE_CFG, **{key.replace(".", "__"): value})
+    found = [c for c in config_checks.check_config(cfg, train_rows=256) if c.status == "fail"]
+    assert [(c.name, c.where) for c in found] == [("schema", key)], found
+    assert f"{value!r} is a float, not an integer" in found[0].message
+    assert found[0].hint == f"write {int(value)}, without the decimal point"
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested deeper than 32 levels"),
     ('{"data": {"train_batch_size": 8}, "x": NaN}', "x: NaN is not valid JSON"),

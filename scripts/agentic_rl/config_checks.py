@@ -129,17 +129,29 @@ def _dotted(path: Any) -> str:
     return ".".join(str(p) for p in path)
 
 
-def schema_checks(cfg: dict, source: str) -> list[Check]:
+@functools.cache
+def _validator() -> Any:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    # JSON Schema counts 1000.0 as an integer; VERL does not convert it: data.train_batch_size=1000.0
+    # reaches torch's DataLoader, which refuses a float batch_size, only after Ray and the model are up.
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _checker, value: type(value) is int)
+    return jsonschema.validators.extend(base, type_checker=checker)(schema())
+
+
+def schema_checks(cfg: dict, source: str) -> list[Check]:
     out = []
-    for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
-        if isinstance(err.instance, str) and _INTERP.match(err.instance.strip()):
-            continue  # an OmegaConf interpolation: its type is only known once resolved
+    for err in sorted(_validator().iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
+        if isinstance(err.instance, str) and "${" in err.instance:
+            continue  # an OmegaConf interpolation: its type is only known once resolved (interpolation_checks)
         where = _dotted(err.absolute_path) or source
-        out.append(Check("schema", "fail", f"{where}: {err.message}", _schema_hint(err), where,
-                         {"keys": [where], "verl": "type", "source": source}))
+        message, hint = f"{where}: {err.message}", _schema_hint(err)
+        if err.validator == "type" and isinstance(err.instance, float) and err.instance.is_integer():
+            message = (f"{where}: {err.instance!r} is a float, not an integer: VERL uses it as written, and a "
+                       "float count or batch size fails only after Ray and the model are up")
+            hint = f"write {int(err.instance)}, without the decimal point"
+        out.append(Check("schema", "fail", message, hint, where, {"keys": [where], "verl": "type", "source": source}))
     return out
 
 

@@ -27,6 +27,7 @@ import difflib
 import fnmatch
 import functools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -88,9 +89,22 @@ def _literal(text: str) -> Any:
 _INTERP = re.compile(r"^\$\{(oc\.select:)?\s*([^,}]+?)\s*(?:,(.*))?\}$", re.S)
 
 
-def _resolve(cfg: dict, dotted: str, value: Any, depth: int = 0) -> Any:
-    """Resolve an OmegaConf `${key}` / `${oc.select:key,default}` / `${.sibling}` the way OmegaConf would."""
-    if not isinstance(value, str) or depth > 20:
+class InterpolationError(ValueError):
+    """An interpolation that cannot resolve: VERL's OmegaConf.resolve stops the run at start on it."""
+
+    def __init__(self, key: str, value: Any, reason: str):
+        super().__init__(f"{key}: {value!r} cannot be resolved: {reason}")
+        self.key, self.value, self.reason = key, value, reason
+
+
+def _resolve(cfg: dict, dotted: str, value: Any, seen: tuple[str, ...] = ()) -> Any:
+    """Resolve an OmegaConf `${key}` / `${oc.select:key,default}` / `${.sibling}` the way OmegaConf would.
+
+    Raises InterpolationError where OmegaConf would: a `${key}` that exists nowhere, or a cycle.
+    Anything else with `${` (oc.env, text around it) is left as written; interpolation_checks asks
+    OmegaConf itself about those.
+    """
+    if not isinstance(value, str):
         return value
     m = _INTERP.match(value.strip())
     if not m:
@@ -98,12 +112,14 @@ def _resolve(cfg: dict, dotted: str, value: Any, depth: int = 0) -> Any:
     select, key, default = m.groups()
     if key.startswith("."):
         key = dotted.rsplit(".", 1)[0] + key if "." in dotted else key[1:]
+    if key == dotted or key in seen:
+        raise InterpolationError(seen[0] if seen else dotted, value, f"it refers back to {key} (a cycle)")
     found = _raw(cfg, key)
     if found is _ABSENT:
         if not select:
-            return None
-        return _resolve(cfg, dotted, _literal(default) if default is not None else None, depth + 1)
-    return _resolve(cfg, key, found, depth + 1)
+            raise InterpolationError(seen[0] if seen else dotted, value, f"key {key} does not exist")
+        return _resolve(cfg, dotted, _literal(default) if default is not None else None, seen)
+    return _resolve(cfg, key, found, (*seen, dotted))
 
 
 def _raw(cfg: dict, dotted: str) -> Any:
@@ -112,14 +128,112 @@ def _raw(cfg: dict, dotted: str) -> Any:
     return _walk(defaults(), parts) if value is _ABSENT else value
 
 
-def effective(cfg: dict, dotted: str) -> Any:
+def effective(cfg: dict, dotted: str, strict: bool = False) -> Any:
     """The value VERL/Agent Lightning will use: config.json's, else Agent Lightning's, else VERL 0.8.0's default.
 
     Interpolations are followed (critic.ppo_mini_batch_size follows actor.ppo_mini_batch_size);
-    None for a key that exists nowhere; "???" for a mandatory value left unset.
+    None for a key that exists nowhere; "???" for a mandatory value left unset. An interpolation
+    that cannot resolve is None too, or raises InterpolationError when strict.
     """
-    value = _raw(cfg if isinstance(cfg, dict) else {}, dotted)
-    return None if value is _ABSENT else _resolve(cfg if isinstance(cfg, dict) else {}, dotted, value)
+    cfg = cfg if isinstance(cfg, dict) else {}
+    value = _raw(cfg, dotted)
+    if value is _ABSENT:
+        return None
+    try:
+        return _resolve(cfg, dotted, value)
+    except InterpolationError:
+        if strict:
+            raise
+        return None  # reported by interpolation_checks
+
+
+def resolved(cfg: dict, dotted: str) -> Any:
+    """effective(), resolved by OmegaConf itself where the value is an interpolation (when omegaconf is
+    importable); raises InterpolationError naming the key where it cannot resolve. For --get."""
+    cfg = cfg if isinstance(cfg, dict) else {}
+    raw = _raw(cfg, dotted)
+    if not (isinstance(raw, str) and "${" in raw):
+        return effective(cfg, dotted)
+    path = tuple(dotted.split("."))
+    try:
+        from agentic_rl.edge import verl_config
+
+        values, errors = verl_config.resolve_paths(_merged(defaults(), cfg), [path])
+    except ImportError:  # no omegaconf: the pure-Python reading is the best there is
+        return effective(cfg, dotted, strict=True)
+    if path in errors:
+        raise InterpolationError(dotted, raw, errors[path])
+    return values[path]
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """config.json over the defaults, as OmegaConf.merge does it for plain trees (dicts merge, the rest replaces)."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return copy.deepcopy(over)
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(base.get(key), value) if key in base else copy.deepcopy(value)
+    return out
+
+
+def _string_leaves(node: Any) -> list[tuple[tuple, Any]]:
+    """(path, value) of every leaf below node, in order; a path holds keys and list indices."""
+    out: list[tuple[tuple, Any]] = []
+    stack: list[tuple[Any, tuple]] = [(node, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, (*path, k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(item))))
+        else:
+            out.append((path, item))
+    return out
+
+
+def _shown(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(path))
+
+
+INTERP_HINT = ("VERL resolves config.json with OmegaConf at start and stops on this: refer to a key that exists, "
+               "e.g. ${data.max_prompt_length}, or write the value itself")
+
+
+def interpolation_checks(cfg: dict, source: str) -> list[Check]:
+    """Every `${...}` in cfg resolved as OmegaConf will (when importable; else the pure-Python reading)."""
+    leaves = [(path, v) for path, v in _string_leaves(cfg) if isinstance(v, str) and "${" in v]
+    if not leaves:
+        return []
+    try:
+        from agentic_rl.edge import verl_config
+
+        _, errors = verl_config.resolve_paths(_merged(defaults(), cfg), [p for p, _ in leaves])
+    except ImportError:
+        errors = {}
+        for path, value in leaves:
+            try:
+                _resolve(cfg, _shown(path), value)
+            except InterpolationError as exc:
+                errors[path] = exc.reason
+    out = []
+    for path, value in leaves:
+        if path in errors:
+            where = _shown(path)
+            out.append(Check("interpolation", "fail", f"{where}: {value!r} cannot be resolved: {errors[path]}",
+                             INTERP_HINT, where, {"keys": [where], "verl": "start", "source": source}))
+    return out
+
+
+def non_finite_checks(cfg: dict, source: str) -> list[Check]:
+    """NaN and infinity (a `--` override such as lr=inf; config.json itself cannot hold them)."""
+    out = []
+    for path, value in _string_leaves(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            where = _shown(path)
+            out.append(Check("schema", "fail", f"{where}: {value} is not a finite number",
+                             "write a finite number, e.g. 1e-6 or 0.5", where,
+                             {"keys": [where], "verl": "type", "source": source}))
+    return out
 
 
 # --------------------------------------------------------------------------- schema and keys
@@ -217,7 +331,7 @@ _JSON_KIND = {bool: "true or false", int: "an integer", float: "a number", str: 
 
 def _type_check(path: str, value: Any, ref: Any, source: str) -> list[Check]:
     """For keys the schema does not list: the JSON type VERL's default has (null is always allowed)."""
-    if value is None or ref is None or (isinstance(value, str) and _INTERP.match(value.strip())):
+    if value is None or ref is None or (isinstance(value, str) and "${" in value):
         return []
     if isinstance(ref, str) and _INTERP.match(ref.strip()) or ref == MISSING:
         return []  # the default is an interpolation: its type is that of another key
@@ -265,7 +379,8 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
     if not isinstance(cfg, dict):
         return [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
                       'e.g. {"data": {"train_batch_size": 8}}', source)]
-    checks = schema_checks(cfg, source) + key_checks(cfg, source)
+    checks = (schema_checks(cfg, source) + non_finite_checks(cfg, source) + interpolation_checks(cfg, source)
+              + key_checks(cfg, source))
     work = copy.deepcopy(cfg)
     if gpus is not None:
         trainer = work.get("trainer") if isinstance(work.get("trainer"), dict) else {}
@@ -276,7 +391,7 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
                             + ("" if user in (_ABSENT, gpus) else f" (config.json says {user})"),
                             where="trainer.n_gpus_per_node", details={"keys": ["trainer.n_gpus_per_node"], "gpus": gpus,
                                                                       "config": None if user is _ABSENT else user}))
-    bad_types = {c.where for c in checks if c.name == "schema"}
+    bad_types = {c.where for c in checks if c.name in ("schema", "interpolation")}
     checks += verl_rules.rule_checks(work, source=source, gpus=gpus, train_rows=train_rows, skip=bad_types)
     if not any(c.status in ("fail", "warn") for c in checks):
         n = sum(1 for _ in _leaves(cfg))
@@ -315,7 +430,10 @@ def _body(args) -> int:
         raise common.UserError(f"{path} not found", "pass the path of a config.json", common.EXIT_USAGE)
     cfg = common.read_json_file(path)
     if args.get:
-        values = {key: effective(cfg if isinstance(cfg, dict) else {}, key) for key in args.get}
+        try:
+            values = {key: resolved(cfg, key) for key in args.get}
+        except InterpolationError as exc:
+            raise common.UserError(str(exc), INTERP_HINT) from None
         if args.json:
             common.print_json(common.envelope(True, data=values))
         else:

@@ -264,3 +264,101 @@ CASES: list[Case] = [
          (("config.json", "config.json:1:34: invalid JSON"),)),
     Case("config-not-object", write("config.json", "[1, 2]\n"), (("config.json", "must be a JSON object, got list"),)),
 ]
+
+
+# --------------------------------------------------------------------------- model folders (check_model.py)
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """A tiny model folder (tools/make_tiny_model.py, `shards` files) with one defect; `problem` is a text
+    that one of check_model's problems for it must contain."""
+
+    id: str
+    apply: Callable[[Path], None]
+    problem: str
+    shards: int = 1
+
+
+def safetensors_bytes(header: dict, data: bytes = b"") -> bytes:
+    import json
+    import struct
+
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def weights(header: dict, data: bytes = b"\0" * 32, name: str = "model.safetensors") -> Callable[[Path], None]:
+    return lambda model: (model / name).write_bytes(safetensors_bytes(header, data))
+
+
+def weight_map(value) -> Callable[[Path], None]:
+    import json
+
+    return lambda model: (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": value}))
+
+
+def fifo(name: str) -> Callable[[Path], None]:
+    import os
+
+    def apply(model: Path) -> None:
+        (model / name).unlink()
+        os.mkfifo(model / name)
+    return apply
+
+
+def link(name: str, target: str) -> Callable[[Path], None]:
+    def apply(model: Path) -> None:
+        (model / name).unlink()
+        (model / name).symlink_to(target)
+    return apply
+
+
+def outside_shard(model: Path) -> None:
+    """The index names ../other/x.safetensors, a real and sane file next to the model folder."""
+    import shutil
+
+    other = model.parent / "other"
+    other.mkdir(exist_ok=True)
+    shutil.copy(model / "model-00001-of-00002.safetensors", other / "x.safetensors")
+    weight_map({"w": "../other/x.safetensors"})(model)
+
+
+F16 = {"dtype": "F16", "shape": [4, 4], "data_offsets": [0, 32]}
+
+MODEL_CASES: list[ModelCase] = [
+    ModelCase("negative-dims", weights({"w": {**F16, "shape": [-5, 10**30]}}), "shape [-5, 10000"),
+    ModelCase("float-dims", weights({"w": {**F16, "shape": [4.0, 4]}}), "not a list of non-negative integers"),
+    ModelCase("bool-dims", weights({"w": {**F16, "shape": [True, 32]}}), "not a list of non-negative integers"),
+    ModelCase("unknown-dtype", weights({"w": {**F16, "dtype": "F99"}}), "unknown dtype 'F99'"),
+    ModelCase("offsets-past-the-end", weights({"w": {**F16, "data_offsets": [0, 10**12]}}),
+              "data_offsets [0, 1000000000000] are not inside the file's 32 data bytes"),
+    ModelCase("offsets-do-not-match-the-shape", weights({"w": {**F16, "shape": [4, 8]}}),
+              "data_offsets span 32 bytes, but shape [4, 8] of F16 needs 64"),
+    ModelCase("header-a-list", lambda m: (m / "model.safetensors").write_bytes(
+        b"\x02\0\0\0\0\0\0\0[]" + b"\0" * 8), "header is a JSON list, not an object"),
+    ModelCase("header-entry-a-number", weights({"w": 5}), "tensor 'w': its entry is int, not an object"),
+    ModelCase("header-nan", lambda m: (m / "model.safetensors").write_bytes(
+        b"\x0a\0\0\0\0\0\0\0" + b'{"w": NaN}'), "header is not JSON"),
+    ModelCase("weights-a-fifo", fifo("model.safetensors"), "weights model.safetensors is a FIFO, not a regular file"),
+    ModelCase("weights-link-to-dev-zero", link("model.safetensors", "/dev/zero"),
+              "weights model.safetensors is a device, not a regular file"),
+    ModelCase("shard-dev-zero", weight_map({"w": "/dev/zero"}),
+              "shard /dev/zero named in model.safetensors.index.json is outside the model folder", shards=2),
+    ModelCase("shard-outside-the-folder", outside_shard,
+              "shard ../other/x.safetensors named in model.safetensors.index.json is outside the model folder",
+              shards=2),
+    ModelCase("shard-a-fifo", fifo("model-00002-of-00002.safetensors"),
+              "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is a FIFO", shards=2),
+    ModelCase("shard-not-a-string", weight_map({"w": 7}), "names a shard 7 that is not a file name", shards=2),
+    ModelCase("weight-map-a-list", weight_map(["model-00001-of-00002.safetensors"]),
+              "weight_map must be an object", shards=2),
+    ModelCase("index-a-list", lambda m: (m / "model.safetensors.index.json").write_text("[1]"),
+              "weight_map must be an object", shards=2),
+    ModelCase("config-a-list", lambda m: (m / "config.json").write_text("[1]"), "config.json is a JSON list"),
+    ModelCase("config-architectures-a-string", lambda m: (m / "config.json").write_text(
+        '{"architectures": "Qwen2ForCausalLM"}'), "architectures must name exactly one class"),
+    ModelCase("config-a-fifo", fifo("config.json"), "config.json is a FIFO, not a regular file"),
+    ModelCase("config-nested-deep", lambda m: (m / "config.json").write_text(nested(5000)),
+              "config.json:1: nested deeper than 32 levels"),
+]

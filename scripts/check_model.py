@@ -75,11 +75,20 @@ def set_agent(input_dir: Path, model_name: str) -> Path:
         common.atomic_write_json(path, {"model_name": model_name})
         return path
     if path.suffix == ".jsonl":
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.strip())
-        obj = json.loads(lines[first])
+        lineno, line = common.first_json_line(path)
+        with path.open(encoding="utf-8", newline="") as fh:  # the same line ends first_json_line counts
+            lines = fh.readlines()
+        if line is None:  # only blank lines: there is no other key to keep
+            common.atomic_write_text(path, json.dumps({"model_name": model_name}, ensure_ascii=False) + "\n")
+            return path
+        try:
+            obj = common.parse_json_strict(line)
+        except common.JSONProblem as exc:
+            raise UserError(f"{path}:{lineno}: {exc.message}", f"fix agent.jsonl first ({exc.hint})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}:{lineno}: not a JSON object", "fix agent.jsonl first")
         obj["model_name"] = model_name
-        lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
+        lines[lineno - 1] = json.dumps(obj, ensure_ascii=False) + "\n"
         common.atomic_write_text(path, "".join(lines))
     else:
         obj = common.read_json_file(path)

@@ -208,3 +208,24 @@ def test_list_survives_every_bad_folder_and_marks_each(models, tmp_path):
 
 def test_model_defect_corpus_is_kept():
     assert len(MODEL_CASES) >= 21 and len({c.id for c in MODEL_CASES}) == len(MODEL_CASES)
+
+
+def test_set_agent_on_a_blank_agent_jsonl_writes_the_first_line(models, example_task, capsys):
+    make_tiny_model(models / "tiny")
+    (example_task / "agent.json").unlink()
+    (example_task / "agent.jsonl").write_text("\n  \n\t\n")
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0, capsys.readouterr().err
+    assert [json.loads(line) for line in (example_task / "agent.jsonl").read_text().splitlines()] == [
+        {"model_name": "tiny"}]
+
+
+def test_set_agent_refuses_a_broken_agent_jsonl_line(models, example_task, capsys):
+    make_tiny_model(models / "tiny")
+    (example_task / "agent.json").unlink()
+    for text, message in (("\n[1]\n", "agent.jsonl:2: not a JSON object"),
+                          ('{"model_name": NaN}\n', "agent.jsonl:1: model_name: NaN is not valid JSON")):
+        (example_task / "agent.jsonl").write_text(text)
+        assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Hint: " in err and "internal error" not in err
+        assert (example_task / "agent.jsonl").read_text() == text

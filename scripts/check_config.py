@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from agentic_rl import cli, config_checks, files
+from agentic_rl import cli, config_checks, config_values, files
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -40,7 +40,10 @@ def _body(args) -> int:
         raise cli.UserError(f"{path} not found", "pass the path of a config.json", cli.EXIT_USAGE)
     cfg = files.read_json_file(path)
     if args.get:
-        values = {key: config_checks.effective(cfg if isinstance(cfg, dict) else {}, key) for key in args.get}
+        try:
+            values = {key: config_values.resolved(cfg, key) for key in args.get}
+        except config_values.InterpolationError as exc:
+            raise cli.UserError(str(exc), config_checks.INTERP_HINT) from None
         return cli.emit(args.json, data=values,
                         table=cli.render_table([{"key": k, "value": json.dumps(v)} for k, v in values.items()]))
     checks = config_checks.check_config(cfg, source=path.name, gpus=args.gpus, train_rows=args.train_rows)

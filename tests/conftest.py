@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,54 @@ def isolated_env(tmp_path, monkeypatch):
     yield
 
 
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+_strict = json.JSONDecoder(parse_constant=_not_json)
+
+
+def assert_strict_json(text: str, what: str = "--json output") -> int:
+    """Every JSON document in text parses with a strict parser; returns how many there were.
+
+    Each --json run prints one envelope; a test may capture several runs at once, and a table run
+    after them (where the documents end).
+    """
+    count, pos, end = 0, 0, len(text)
+    while True:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos >= end or (count and text[pos] != "{"):
+            return count
+        try:
+            _, pos = _strict.raw_decode(text, pos)
+        except ValueError as exc:
+            pytest.fail(f"{what} is not strict JSON: {exc}: {text[max(0, pos - 200):pos + 300]!r}")
+        count += 1
+
+
+class StrictCapture:
+    """pytest's capsys, but any stdout that is JSON (an envelope starts with "{") must be strict JSON."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def readouterr(self):
+        captured = self._inner.readouterr()
+        if captured.out.lstrip().startswith("{"):
+            assert_strict_json(captured.out)
+        return captured
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def capsys(capsys):
+    """Every --json envelope a test reads through capsys is checked for strict JSON on the way."""
+    return StrictCapture(capsys)
+
+
 @pytest.fixture
 def example_task(tmp_path) -> Path:
     """A private copy of assets/example, safe to modify."""
@@ -43,8 +92,11 @@ def run_module(name: str, *args: str, cwd: str | os.PathLike | None = None, env:
     """Run an internal module of the package (`python -m agentic_rl.<name>`), as start_training.sh does."""
     path_env = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH")) if p)
     full_env = {**os.environ, "PYTHONPATH": path_env, "PYTHONSAFEPATH": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", f"agentic_rl.{name}", *args], cwd=cwd, env=full_env, text=True,
+    proc = subprocess.run([sys.executable, "-m", f"agentic_rl.{name}", *args], cwd=cwd, env=full_env, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if "--json" in args:
+        assert_strict_json(proc.stdout, f"agentic_rl.{name} --json")
+    return proc
 
 
 def run_script(name: str, *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
@@ -53,7 +105,10 @@ def run_script(name: str, *args: str, cwd: str | os.PathLike | None = None, env:
     path = SCRIPTS / name
     cmd = ["bash", str(path)] if name.endswith(".sh") else [sys.executable, str(path)]
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
+    proc = subprocess.run(
         [*cmd, *args], cwd=cwd, env=full_env, text=True, capture_output=True, timeout=timeout,
         input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
     )
+    if "--json" in args:
+        assert_strict_json(proc.stdout, f"{name} --json")
+    return proc

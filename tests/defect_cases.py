@@ -78,6 +78,19 @@ def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
     return apply
 
 
+def replace(name: str, old: str, new: str) -> Callable[[Path], None]:
+    """Replace text in a file exactly once (the literal text, so NaN and 1e309 reach the file as written)."""
+    def apply(task: Path) -> None:
+        text = (task / name).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} is not once in {name}"
+        (task / name).write_text(text.replace(old, new), encoding="utf-8")
+    return apply
+
+
+def nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
 def pop(key: str) -> Callable[[dict], None]:
     return lambda row: row.pop(key)
 
@@ -137,6 +150,64 @@ CASES: list[Case] = [
          (("test.jsonl:5", "duplicate id '7' (first at line 1)"),), fields=("id",)),
     Case("id-not-scalar", edit_row("train.jsonl", 11, put("id", ["a"])),
          (("train.jsonl:11", "field id must be a string or an integer, got list"),), fields=("id",)),
+    # Odd but legal input: JSON that parses, yet cannot be written out, used or resolved.
+    Case("lone-surrogate", set_line("train.jsonl", 3, '{"question": "1 + 1", "ground_truth": "\\ud800"}'),
+         (("train.jsonl:3", "field ground_truth holds a lone surrogate escape \\ud800"),), fields=("ground_truth",)),
+    Case("lone-surrogate-in-a-key-test", set_line("test.jsonl", 4, '{"question": "1", "ground_truth": "1", '
+                                                  '"metadata": {"n\\udc00te": 1}}'),
+         (("test.jsonl:4", "lone surrogate escape \\udc00"),), fields=("metadata",)),
+    Case("lone-surrogate-in-the-first-prompt", set_line("train.jsonl", 1, '{"question": "a\\udfffb", '
+                                                        '"ground_truth": "1"}'),
+         (("train.jsonl:1", "field question holds a lone surrogate"),), fields=("question",)),
+    Case("config-nested-100000-deep", write("config.json", nested(100_000)),
+         (("config.json", "config.json:1: nested deeper than 32 levels"),)),
+    Case("config-nested-40-deep", write("config.json", nested(40)),
+         (("config.json", "config.json:1: nested deeper than 32 levels"),)),
+    Case("agent-nested-100000-deep", write("agent.json", nested(100_000)),
+         (("agent.json", "agent.json:1: nested deeper than 32 levels"),)),
+    Case("agent-jsonl-nested-deep", both(remove("agent.json"), write("agent.jsonl", "\n" + nested(5000) + "\n")),
+         (("agent.jsonl", "agent.jsonl:2: nested deeper than 32 levels"),)),
+    Case("config-lr-1e309", replace("config.json", '"lr": 1e-6', '"lr": 1e309'),
+         (("config.json", "config.json:20: actor_rollout_ref.actor.optim.lr: 1e309 is beyond the range of a "
+                          "64-bit float"),)),
+    Case("config-lr-infinity", replace("config.json", '"lr": 1e-6', '"lr": Infinity'),
+         (("config.json", "actor_rollout_ref.actor.optim.lr: Infinity is not valid JSON"),)),
+    Case("config-gpu-memory-nan", replace("config.json", '"gpu_memory_utilization": 0.5', '"gpu_memory_utilization": NaN'),
+         (("config.json", "config.json:26: actor_rollout_ref.rollout.gpu_memory_utilization: NaN is not valid JSON"),)),
+    Case("config-temperature-nan", replace("config.json", '"n": 4,', '"n": 4, "temperature": NaN,'),
+         (("config.json", "actor_rollout_ref.rollout.temperature: NaN is not valid JSON"),)),
+    Case("config-huge-integer", replace("config.json", '"total_epochs": 2', '"total_epochs": 1' + "0" * 400),
+         (("config.json", "trainer.total_epochs: 100000000000... (401 digits) is beyond the range"),)),
+    Case("agent-max-tokens-nan", write("agent.json", '{"model_name": "m", "max_tokens": NaN}\n'),
+         (("agent.json", "max_tokens: NaN is not valid JSON"),)),
+    Case("agent-model-name-surrogate", write("agent.json", '{"model_name": "Qwen\\ud800"}\n'),
+         (("agent.json", "model_name: lone surrogate escape \\ud800"),)),
+    Case("config-batch-size-float", replace("config.json", '"train_batch_size": 16', '"train_batch_size": 1000.0'),
+         (("data.train_batch_size", "1000.0 is a float, not an integer"),)),
+    Case("config-mini-batch-float", replace("config.json", '"ppo_mini_batch_size": 16', '"ppo_mini_batch_size": 16.0'),
+         (("actor_rollout_ref.actor.ppo_mini_batch_size", "16.0 is a float, not an integer"),)),
+    Case("config-interpolation-missing", replace("config.json", '"max_prompt_length": 256',
+                                                 '"max_prompt_length": "${nope.nothing}"'),
+         (("data.max_prompt_length", "'${nope.nothing}' cannot be resolved"),)),
+    Case("config-interpolation-self", replace("config.json", '"max_response_length": 256',
+                                              '"max_response_length": "${data.max_response_length}"'),
+         (("data.max_response_length", "cannot be resolved: Recursive interpolation"),)),
+    Case("config-interpolation-cycle", replace("config.json", '"max_response_length": 256',
+                                               '"max_response_length": "${data.val_batch_size}", '
+                                               '"val_batch_size": "${data.max_response_length}"'),
+         (("data.max_response_length", "cannot be resolved"), ("data.val_batch_size", "cannot be resolved"))),
+    Case("config-interpolation-unterminated", replace("config.json", '"project_name": "agentic-rl"',
+                                                      '"project_name": "${oc.env:"'),
+         (("trainer.project_name", "cannot be resolved: not valid interpolation syntax"),)),
+    Case("config-interpolation-env-unset", replace("config.json", '"project_name": "agentic-rl"',
+                                                   '"project_name": "${oc.env:ARL_TEST_SURELY_UNSET}"'),
+         (("trainer.project_name", "Environment variable 'ARL_TEST_SURELY_UNSET' not found"),)),
+    Case("judge-returns-1e308", write("judge.py", JUDGE_HEAD + "    return 1e308 if response else 0.0\n"),
+         (("judge.py", "returned 1e+308, beyond bfloat16's range"),)),
+    Case("judge-returns-10-to-the-400", write("judge.py", JUDGE_HEAD + "    return 10 ** 400\n"),
+         (("judge.py", "returned a number too large for a float (an integer of 1329 bits)"),)),
+    Case("judge-returns-numpy-array", write("judge.py", "import numpy\n" + JUDGE_HEAD + "    return numpy.ones(2)\n"),
+         (("judge.py", "returned ndarray"),)),
     # Whole files.
     Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
     Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),
@@ -192,4 +263,102 @@ CASES: list[Case] = [
     Case("config-invalid-json", write("config.json", '{"data": {"train_batch_size": 16,}}\n'),
          (("config.json", "config.json:1:34: invalid JSON"),)),
     Case("config-not-object", write("config.json", "[1, 2]\n"), (("config.json", "must be a JSON object, got list"),)),
+]
+
+
+# --------------------------------------------------------------------------- model folders (check_model.py)
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """A tiny model folder (tools/make_tiny_model.py, `shards` files) with one defect; `problem` is a text
+    that one of check_model's problems for it must contain."""
+
+    id: str
+    apply: Callable[[Path], None]
+    problem: str
+    shards: int = 1
+
+
+def safetensors_bytes(header: dict, data: bytes = b"") -> bytes:
+    import json
+    import struct
+
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def weights(header: dict, data: bytes = b"\0" * 32, name: str = "model.safetensors") -> Callable[[Path], None]:
+    return lambda model: (model / name).write_bytes(safetensors_bytes(header, data))
+
+
+def weight_map(value) -> Callable[[Path], None]:
+    import json
+
+    return lambda model: (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": value}))
+
+
+def fifo(name: str) -> Callable[[Path], None]:
+    import os
+
+    def apply(model: Path) -> None:
+        (model / name).unlink()
+        os.mkfifo(model / name)
+    return apply
+
+
+def link(name: str, target: str) -> Callable[[Path], None]:
+    def apply(model: Path) -> None:
+        (model / name).unlink()
+        (model / name).symlink_to(target)
+    return apply
+
+
+def outside_shard(model: Path) -> None:
+    """The index names ../other/x.safetensors, a real and sane file next to the model folder."""
+    import shutil
+
+    other = model.parent / "other"
+    other.mkdir(exist_ok=True)
+    shutil.copy(model / "model-00001-of-00002.safetensors", other / "x.safetensors")
+    weight_map({"w": "../other/x.safetensors"})(model)
+
+
+F16 = {"dtype": "F16", "shape": [4, 4], "data_offsets": [0, 32]}
+
+MODEL_CASES: list[ModelCase] = [
+    ModelCase("negative-dims", weights({"w": {**F16, "shape": [-5, 10**30]}}), "shape [-5, 10000"),
+    ModelCase("float-dims", weights({"w": {**F16, "shape": [4.0, 4]}}), "not a list of non-negative integers"),
+    ModelCase("bool-dims", weights({"w": {**F16, "shape": [True, 32]}}), "not a list of non-negative integers"),
+    ModelCase("unknown-dtype", weights({"w": {**F16, "dtype": "F99"}}), "unknown dtype 'F99'"),
+    ModelCase("offsets-past-the-end", weights({"w": {**F16, "data_offsets": [0, 10**12]}}),
+              "data_offsets [0, 1000000000000] are not inside the file's 32 data bytes"),
+    ModelCase("offsets-do-not-match-the-shape", weights({"w": {**F16, "shape": [4, 8]}}),
+              "data_offsets span 32 bytes, but shape [4, 8] of F16 needs 64"),
+    ModelCase("header-a-list", lambda m: (m / "model.safetensors").write_bytes(
+        b"\x02\0\0\0\0\0\0\0[]" + b"\0" * 8), "header is a JSON list, not an object"),
+    ModelCase("header-entry-a-number", weights({"w": 5}), "tensor 'w': its entry is int, not an object"),
+    ModelCase("header-nan", lambda m: (m / "model.safetensors").write_bytes(
+        b"\x0a\0\0\0\0\0\0\0" + b'{"w": NaN}'), "header is not JSON"),
+    ModelCase("weights-a-fifo", fifo("model.safetensors"), "weights model.safetensors is a FIFO, not a regular file"),
+    ModelCase("weights-link-to-dev-zero", link("model.safetensors", "/dev/zero"),
+              "weights model.safetensors is a device, not a regular file"),
+    ModelCase("shard-dev-zero", weight_map({"w": "/dev/zero"}),
+              "shard /dev/zero named in model.safetensors.index.json is outside the model folder", shards=2),
+    ModelCase("shard-outside-the-folder", outside_shard,
+              "shard ../other/x.safetensors named in model.safetensors.index.json is outside the model folder",
+              shards=2),
+    ModelCase("shard-a-fifo", fifo("model-00002-of-00002.safetensors"),
+              "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is a FIFO", shards=2),
+    ModelCase("shard-not-a-string", weight_map({"w": 7}), "names a shard 7 that is not a file name", shards=2),
+    ModelCase("weight-map-a-list", weight_map(["model-00001-of-00002.safetensors"]),
+              "weight_map must be an object", shards=2),
+    ModelCase("index-a-list", lambda m: (m / "model.safetensors.index.json").write_text("[1]"),
+              "weight_map must be an object", shards=2),
+    ModelCase("config-a-list", lambda m: (m / "config.json").write_text("[1]"), "config.json is a JSON list"),
+    ModelCase("config-architectures-a-string", lambda m: (m / "config.json").write_text(
+        '{"architectures": "Qwen2ForCausalLM"}'), "architectures must name exactly one class"),
+    ModelCase("config-a-fifo", fifo("config.json"), "config.json is a FIFO, not a regular file"),
+    ModelCase("config-nested-deep", lambda m: (m / "config.json").write_text(nested(5000)),
+              "config.json:1: nested deeper than 32 levels"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import check_config
+import pytest
 from conftest import ROOT, run_script
 
 
@@ -32,3 +33,18 @@ def test_cli_subprocess_from_another_cwd(tmp_path):
     bad.write_text('{"trainer": {"n_gpus_per_node": 1}}')
     proc = run_script("check_config.py", str(bad), cwd=tmp_path)
     assert proc.returncode == 1 and "Error: " in proc.stderr and "Hint: " in proc.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested deeper than 32 levels"),
+    ('{"data": {"train_batch_size": 8}, "x": NaN}', "x: NaN is not valid JSON"),
+    ('{"actor_rollout_ref": {"actor": {"optim": {"lr": 1e309}}}}', "lr: 1e309 is beyond the range"),
+])
+def test_cli_on_files_that_are_not_strict_json(text, message, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    proc = run_script("check_config.py", str(path), "--json", cwd=tmp_path)
+    assert proc.returncode == 1 and message in json.loads(proc.stdout)["error"]["message"]
+    proc = run_script("check_config.py", str(path), "--get", "data.train_batch_size", cwd=tmp_path)
+    assert proc.returncode == 1 and f"Error: {path}:1: " in proc.stderr and message in proc.stderr
+    assert "Hint: " in proc.stderr and "Traceback" not in proc.stderr and "internal error" not in proc.stderr

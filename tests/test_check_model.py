@@ -10,6 +10,7 @@ import check_model
 import pytest
 from agentic_rl import memory_fit, model_files
 from conftest import ROOT, run_script
+from defect_cases import MODEL_CASES
 from make_tiny_model import make_tiny_model
 
 
@@ -168,3 +169,63 @@ def test_resolve_order_path_before_roots(models, tmp_path):
     assert model_files.resolve_model("m") == (models / "m").resolve()
     assert model_files.resolve_model("Org/m") == (models / "m").resolve()
     assert Path(model_files.resolve_model("m")).name == "m"
+
+
+# --------------------------------------------------------------------------- one defect each
+
+
+@pytest.mark.parametrize("case", MODEL_CASES, ids=lambda c: c.id)
+def test_model_defect_case(case, models, tmp_path):
+    make_tiny_model(models / "bad", shards=case.shards)
+    case.apply(models / "bad")
+    # A subprocess with a timeout: a FIFO opened for reading would block forever.
+    proc = run_script("check_model.py", "--model", "bad", "--json", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert not out["ok"] and not out["data"]["complete"]
+    assert any(case.problem in p for p in out["data"]["problems"]), out["data"]["problems"]
+    assert (out["data"]["num_parameters"] or 0) >= 0
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert proc.stderr.startswith("Error: model ") and "Hint: " in proc.stderr
+
+
+def test_list_survives_every_bad_folder_and_marks_each(models, tmp_path):
+    make_tiny_model(models / "good")
+    for case in MODEL_CASES:
+        make_tiny_model(models / case.id, shards=case.shards)
+        case.apply(models / case.id)
+    proc = run_script("check_model.py", "--list", "--json", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {m["model"]: m for m in json.loads(proc.stdout)["data"]["models"]}
+    assert set(rows) == {"good", *(c.id for c in MODEL_CASES)}  # models/other (outside_shard) has no config.json
+    assert rows["good"]["complete"] == "yes"
+    for case in MODEL_CASES:
+        assert rows[case.id]["complete"].startswith("NO: "), (case.id, rows[case.id])
+    table = run_script("check_model.py", "--list", cwd=tmp_path, timeout=120)
+    assert table.returncode == 0 and "internal error" not in table.stderr
+    assert all(case.id in table.stdout for case in MODEL_CASES)
+
+
+def test_model_defect_corpus_is_kept():
+    assert len(MODEL_CASES) >= 21 and len({c.id for c in MODEL_CASES}) == len(MODEL_CASES)
+
+
+def test_set_agent_on_a_blank_agent_jsonl_writes_the_first_line(models, example_task, capsys):
+    make_tiny_model(models / "tiny")
+    (example_task / "agent.json").unlink()
+    (example_task / "agent.jsonl").write_text("\n  \n\t\n")
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0, capsys.readouterr().err
+    assert [json.loads(line) for line in (example_task / "agent.jsonl").read_text().splitlines()] == [
+        {"model_name": "tiny"}]
+
+
+def test_set_agent_refuses_a_broken_agent_jsonl_line(models, example_task, capsys):
+    make_tiny_model(models / "tiny")
+    (example_task / "agent.json").unlink()
+    for text, message in (("\n[1]\n", "agent.jsonl:2: not a JSON object"),
+                          ('{"model_name": NaN}\n', "agent.jsonl:1: model_name: NaN is not valid JSON")):
+        (example_task / "agent.jsonl").write_text(text)
+        assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Hint: " in err and "internal error" not in err
+        assert (example_task / "agent.jsonl").read_text() == text

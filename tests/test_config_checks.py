@@ -11,8 +11,9 @@ import doctest
 import json
 from pathlib import Path
 
+import check_config
 import pytest
-from agentic_rl import config_checks, verl_rules
+from agentic_rl import config_checks, config_values, verl_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CFG = json.loads((ROOT / "assets" / "example" / "config.json").read_text())
@@ -53,23 +54,23 @@ def test_doctests():
     ("trainer.save_freq", -1), ("trainer.resume_mode", "auto"), ("trainer.logger", ["console", "wandb"]),
     (f"{A}.policy_loss.loss_mode", "per_rollout_mean"), (f"{R}.mode", "async"),  # Agent Lightning's config.yaml
     ("algorithm.enable_rollout_level_advantage", True), ("agentlightning.rollout_timeout_seconds", 1800),
-    (f"{R}.name", config_checks.MISSING), ("no.such.key", None),
+    (f"{R}.name", config_values.MISSING), ("no.such.key", None),
 ])
 def test_effective_defaults(key, value):
-    assert config_checks.effective({}, key) == value
+    assert config_values.effective({}, key) == value
 
 
 def test_effective_follows_interpolations_to_the_users_values():
     cfg = {"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16, "use_dynamic_bsz": True}},
            "trainer": {"n_gpus_per_node": 2}, "critic": {"ppo_micro_batch_size": 4}}
-    assert config_checks.effective(cfg, "critic.ppo_mini_batch_size") == 16  # oc.select of the actor's
-    assert config_checks.effective(cfg, f"{R}.log_prob_use_dynamic_bsz") is True
-    assert config_checks.effective(cfg, f"{R}.n_gpus_per_node") == 2
-    assert config_checks.effective(cfg, "critic.ppo_micro_batch_size_per_gpu") == 4  # ${oc.select:.ppo_micro...}
-    assert config_checks.effective(cfg, "critic.forward_max_token_len_per_gpu") == 32768  # ${.sibling}
-    assert config_checks.effective({}, "critic.ppo_mini_batch_size") == 256
-    assert config_checks.effective({"data": {"train_batch_size": 8}}, "data.train_batch_size") == 8
-    assert config_checks.effective("not a dict", "data.train_batch_size") == 1024
+    assert config_values.effective(cfg, "critic.ppo_mini_batch_size") == 16  # oc.select of the actor's
+    assert config_values.effective(cfg, f"{R}.log_prob_use_dynamic_bsz") is True
+    assert config_values.effective(cfg, f"{R}.n_gpus_per_node") == 2
+    assert config_values.effective(cfg, "critic.ppo_micro_batch_size_per_gpu") == 4  # ${oc.select:.ppo_micro...}
+    assert config_values.effective(cfg, "critic.forward_max_token_len_per_gpu") == 32768  # ${.sibling}
+    assert config_values.effective({}, "critic.ppo_mini_batch_size") == 256
+    assert config_values.effective({"data": {"train_batch_size": 8}}, "data.train_batch_size") == 8
+    assert config_values.effective("not a dict", "data.train_batch_size") == 1024
 
 
 # --------------------------------------------------------------------------- keys
@@ -261,3 +262,94 @@ def test_a_section_of_the_wrong_type_silences_the_rules_inside_it():
     names = {c.name for c in config_checks.check_config(with_(EXAMPLE_CFG, actor_rollout_ref__actor="x"))
              if c.status == "fail"}
     assert names == {"schema"}
+
+
+# --------------------------------------------------------------------------- odd but legal values
+
+
+@pytest.mark.parametrize("key, value", [
+    ("data.train_batch_size", 1000.0), (f"{A}.ppo_mini_batch_size", 16.0), ("trainer.n_gpus_per_node", 1.0),
+    ("data.val_batch_size", 8.0),
+])
+def test_a_float_that_is_an_integer_is_not_an_integer(key, value):
+    # VERL hands data.train_batch_size to torch's DataLoader as written, which refuses batch_size=1000.0.
+    cfg = with_(EXAMPLE_CFG, **{key.replace(".", "__"): value})
+    found = [c for c in config_checks.check_config(cfg, train_rows=256) if c.status == "fail"]
+    assert [(c.name, c.where) for c in found] == [("schema", key)], found
+    assert f"{value!r} is a float, not an integer" in found[0].message
+    assert found[0].hint == f"write {int(value)}, without the decimal point"
+
+
+def test_non_finite_values_from_overrides_fail_at_their_key():
+    # config.json cannot hold them (strict JSON); a `--` override such as lr=inf can.
+    cfg = with_(EXAMPLE_CFG, actor_rollout_ref__actor__optim__lr=float("inf"),
+                actor_rollout_ref__rollout__temperature=float("nan"))
+    found = {c.where: c.message for c in config_checks.check_config(cfg) if c.status == "fail"}
+    assert found[f"{A}.optim.lr"] == f"{A}.optim.lr: inf is not a finite number"
+    assert found[f"{R}.temperature"] == f"{R}.temperature: nan is not a finite number"
+
+
+BAD_INTERPOLATIONS = [
+    ({"data": {"max_prompt_length": "${nope.nothing}"}}, "data.max_prompt_length", "Interpolation key 'nope.nothing' "
+     "not found", "key nope.nothing does not exist"),
+    ({"data": {"max_prompt_length": "${data.max_prompt_length}"}}, "data.max_prompt_length",
+     "Recursive interpolation detected", "it refers back to data.max_prompt_length (a cycle)"),
+    ({"data": {"max_prompt_length": "${data.max_response_length}", "max_response_length": "${data.max_prompt_length}"}},
+     "data.max_prompt_length", "Recursive interpolation detected", "(a cycle)"),
+    ({"trainer": {"project_name": "${oc.env:"}}, "trainer.project_name", "not valid interpolation syntax", None),
+    ({"trainer": {"logger": ["console", "${nope}"]}}, "trainer.logger[1]", "Interpolation key 'nope' not found", None),
+    ({"trainer": {"project_name": "${oc.env:ARL_TEST_SURELY_UNSET}"}}, "trainer.project_name",
+     "Environment variable 'ARL_TEST_SURELY_UNSET' not found", None),
+]
+
+
+@pytest.mark.parametrize("cfg, where, reason, _pure", BAD_INTERPOLATIONS)
+def test_interpolations_that_cannot_resolve_fail_at_their_key(cfg, where, reason, _pure):
+    over = copy.deepcopy(EXAMPLE_CFG)
+    for section, values in cfg.items():
+        over[section].update(values)
+    found = {c.where: c for c in by_name(config_checks.check_config(over), "interpolation")}
+    assert where in found, found
+    check = found[where]
+    assert check.status == "fail" and reason in check.message and "OmegaConf" in check.hint
+
+
+@pytest.mark.parametrize("cfg, where, _reason, pure", [c for c in BAD_INTERPOLATIONS if c[3]])
+def test_without_omegaconf_missing_keys_and_cycles_still_fail(cfg, where, _reason, pure, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "omegaconf", None)  # import omegaconf now raises ImportError
+    found = by_name(config_checks.check_config(cfg), "interpolation")
+    assert where in [c.where for c in found] and pure in next(c for c in found if c.where == where).message
+    with pytest.raises(config_values.InterpolationError, match="cannot be resolved"):
+        config_values.resolved(cfg, where)
+
+
+def test_interpolations_that_resolve_pass_and_get_shows_their_value(tmp_path, capsys):
+    cfg = with_(EXAMPLE_CFG, data__max_response_length="${data.max_prompt_length}",
+                trainer__experiment_name="run-${data.max_prompt_length}", trainer__project_name="${oc.env:HOME}")
+    assert not [c for c in config_checks.check_config(cfg) if c.status != "ok"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    keys = ["data.max_response_length", "trainer.experiment_name", "trainer.project_name"]
+    assert check_config.main([str(path), *[a for k in keys for a in ("--get", k)], "--json"]) == 0
+    values = json.loads(capsys.readouterr().out)["data"]
+    assert values == {keys[0]: 256, keys[1]: "run-256", keys[2]: __import__("os").environ["HOME"]}
+
+
+@pytest.mark.parametrize("value", ["${nope.nothing}", "${data.max_prompt_length}", "${oc.env:"])
+def test_get_of_an_interpolation_that_cannot_resolve_fails_with_the_key(value, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"data": {"max_prompt_length": value}}))
+    assert check_config.main([str(path), "--get", "data.max_prompt_length"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"Error: data.max_prompt_length: {value!r} cannot be resolved" in captured.err
+    assert "Hint: " in captured.err and "null" not in captured.err
+    assert check_config.main([str(path), "--get", "data.max_prompt_length", "--json"]) == 1
+    env = json.loads(capsys.readouterr().out)
+    assert env["ok"] is False and "data.max_prompt_length" in env["error"]["message"]
+
+
+def test_a_broken_interpolation_does_not_crash_the_rules():
+    cfg = with_(EXAMPLE_CFG, data__train_batch_size="${data.train_batch_size}")
+    assert config_values.effective(cfg, "data.train_batch_size") is None
+    names = {c.name for c in config_checks.check_config(cfg, gpus=1, train_rows=256) if c.status == "fail"}
+    assert names == {"interpolation"}

@@ -126,7 +126,7 @@ def test_defect_case(case, example_task, capsys):
 
 
 def test_there_are_enough_defect_cases():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 75  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -290,3 +290,48 @@ def test_judge_signature_variants_accepted(example_task, capsys):
         "def compute_reward(*args, **kwargs):\n    return bool(args[0])\n")
     code, env, _ = run_json(capsys, str(example_task), "--sample", "2")
     assert code == 0 and env["data"]["judge"]["signature"] == "(*args, **kwargs)"
+
+
+# --------------------------------------------------------------------------- odd but legal input
+
+
+def test_a_lone_surrogate_row_fails_the_job_at_preflight(example_task, tmp_path):
+    """Caught before launch: the job's own row loading stops at once (it used to be retried ~10 times)."""
+    from conftest import run_module
+
+    lines = (example_task / "test.jsonl").read_text().splitlines(keepends=True)
+    lines[4] = '{"question": "1 + 1", "ground_truth": "2", "metadata": {"note": "\\ud800"}}\n'
+    (example_task / "test.jsonl").write_text("".join(lines))
+    out = tmp_path / "out"
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-surrogate-{os.getpid()}", timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    st = json.loads((out / "training.status").read_text())
+    assert st["status"] == "failed" and st["failed_component"] == "preflight"
+    assert st["reason"].startswith("test.jsonl:5: field metadata.note holds a lone surrogate escape \\ud800")
+    assert not (out / "rehearsal.json").exists()
+
+
+def test_quick_checks_catch_config_and_agent_files_that_are_not_strict_json(example_task):
+    (example_task / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (example_task / "agent.json").write_text('{"model_name": "m", "max_tokens": Infinity}')
+    failed = {c.where: c.message for c in task_checks.quick_checks(example_task) if c.status == "fail"}
+    assert failed == {"config.json": "config.json:1: nested deeper than 32 levels",
+                      "agent.json": "agent.json:1: max_tokens: Infinity is not valid JSON (JSON has no NaN or "
+                                    "Infinity)"}
+
+
+def test_numpy_rewards_are_taken_like_python_ones(example_task, capsys):
+    (example_task / "judge.py").write_text(
+        "import numpy\n" + JUDGE_HEAD + "    return numpy.bool_(response.strip() == str(ground_truth).strip())\n")
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "4")
+    assert code == 0, fails(env)
+    assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (1.0, 0.0)
+
+
+def test_large_finite_rewards_keep_a_finite_mean(example_task, capsys):
+    # 16 rewards of 3e38 sum beyond bfloat16 but not float64; the mean is taken term by term anyway.
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 3e38 if response else -3e38\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 0, fails(env)
+    assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (3e38, -3e38)

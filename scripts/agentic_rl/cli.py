@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -68,8 +69,35 @@ def envelope(ok: bool, *, checks: Any = None, data: Any = None, error: UserError
     return out
 
 
+def json_safe(obj: Any) -> Any:
+    """obj with what strict JSON cannot carry made visible: NaN/inf as the strings "nan"/"inf"/"-inf",
+    lone surrogates as `\\udXXX` text, other objects as str(). Only called when a value needs it."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if obj is None or isinstance(obj, (bool, int)):
+        return obj
+    if isinstance(obj, dict):
+        return {json_safe(k if isinstance(k, str) else str(k)): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return json_safe(str(obj))
+
+
+def dumps_json(obj: Any) -> str:
+    """The text of one strict-JSON (RFC 8259) document: no NaN/Infinity, encodable as UTF-8."""
+    try:
+        text = json.dumps(obj, indent=2, default=str, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")  # a lone surrogate would fail here, or later on stdout
+        return text
+    except (ValueError, UnicodeEncodeError):
+        return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
+
+
 def print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+    """The one --json printer: always strict JSON, whatever a value holds."""
+    print(dumps_json(obj))
 
 
 def print_error(message: str, hint: str = "") -> None:

@@ -9,8 +9,6 @@ each message naming the keys and the VERL rule it mirrors (and when VERL itself 
 
     >>> [c.status for c in check_config({"data": {"trian_batch_size": 8}}) if c.name == "unknown-key"]
     ['fail']
-    >>> effective({}, "data.train_batch_size"), effective({}, "actor_rollout_ref.rollout.tensor_model_parallel_size")
-    (1024, 2)
 
 Defaults come from schemas/verl_defaults.json (Agent Lightning 1.0.2's verl/config.yaml composed
 over VERL 0.8.0's ppo_trainer.yaml; regenerate with tools/gen_verl_defaults.py).
@@ -23,15 +21,21 @@ import difflib
 import fnmatch
 import functools
 import json
-import re
-from pathlib import Path
+import math
 from typing import Any
 
 from agentic_rl.cli import Check
-
-SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
-MISSING = "???"  # OmegaConf's mandatory-value marker (rollout.name has no default)
-_ABSENT = object()
+from agentic_rl.config_values import (
+    _ABSENT,
+    _INTERP,
+    MISSING,
+    SCHEMA_DIR,
+    InterpolationError,
+    _merged,
+    _resolve,
+    _walk,
+    defaults,
+)
 
 # Sub-trees whose keys are free-form (passed on to ray.init, vLLM, HF ...): no did-you-mean inside.
 FREE_FORM = ("ray_kwargs.ray_init", "ray_kwargs.ray_init.*", "*.engine_kwargs", "*.engine_kwargs.*",
@@ -40,10 +44,6 @@ FREE_FORM = ("ray_kwargs.ray_init", "ray_kwargs.ray_init.*", "*.engine_kwargs", 
              "data.mm_processor_kwargs", "*.lora")
 NEAR_MISS_CUTOFF = 0.8  # difflib ratio: trian_batch_size/train_batch_size is 0.94, batch_size/n is 0
 
-
-@functools.cache
-def defaults() -> dict:
-    return json.loads((SCHEMA_DIR / "verl_defaults.json").read_text(encoding="utf-8"))["defaults"]
 
 
 @functools.cache
@@ -54,66 +54,66 @@ def schema() -> dict:
 # --------------------------------------------------------------------------- effective values
 
 
-def _walk(tree: Any, parts: list[str]) -> Any:
-    for part in parts:
-        if not isinstance(tree, dict) or part not in tree:
-            return _ABSENT
-        tree = tree[part]
-    return tree
 
 
-def _literal(text: str) -> Any:
-    text = text.strip()
-    low = text.lower()
-    if low in ("null", "none", "~"):
-        return None
-    if low in ("true", "false"):
-        return low == "true"
-    if text == "[]":
+def _string_leaves(node: Any) -> list[tuple[tuple, Any]]:
+    """(path, value) of every leaf below node, in order; a path holds keys and list indices."""
+    out: list[tuple[tuple, Any]] = []
+    stack: list[tuple[Any, tuple]] = [(node, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, (*path, k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(item))))
+        else:
+            out.append((path, item))
+    return out
+
+
+def _shown(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f"{'.' if i else ''}{p}" for i, p in enumerate(path))
+
+
+INTERP_HINT = ("VERL resolves config.json with OmegaConf at start and stops on this: refer to a key that exists, "
+               "e.g. ${data.max_prompt_length}, or write the value itself")
+
+
+def interpolation_checks(cfg: dict, source: str) -> list[Check]:
+    """Every `${...}` in cfg resolved as OmegaConf will (when importable; else the pure-Python reading)."""
+    leaves = [(path, v) for path, v in _string_leaves(cfg) if isinstance(v, str) and "${" in v]
+    if not leaves:
         return []
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        from agentic_rl.edge import verl_config
+
+        _, errors = verl_config.resolve_paths(_merged(defaults(), cfg), [p for p, _ in leaves])
+    except ImportError:
+        errors = {}
+        for path, value in leaves:
+            try:
+                _resolve(cfg, _shown(path), value)
+            except InterpolationError as exc:
+                errors[path] = exc.reason
+    out = []
+    for path, value in leaves:
+        if path in errors:
+            where = _shown(path)
+            out.append(Check("interpolation", "fail", f"{where}: {value!r} cannot be resolved: {errors[path]}",
+                             INTERP_HINT, where, {"keys": [where], "verl": "start", "source": source}))
+    return out
 
 
-_INTERP = re.compile(r"^\$\{(oc\.select:)?\s*([^,}]+?)\s*(?:,(.*))?\}$", re.S)
-
-
-def _resolve(cfg: dict, dotted: str, value: Any, depth: int = 0) -> Any:
-    """Resolve an OmegaConf `${key}` / `${oc.select:key,default}` / `${.sibling}` the way OmegaConf would."""
-    if not isinstance(value, str) or depth > 20:
-        return value
-    m = _INTERP.match(value.strip())
-    if not m:
-        return value
-    select, key, default = m.groups()
-    if key.startswith("."):
-        key = dotted.rsplit(".", 1)[0] + key if "." in dotted else key[1:]
-    found = _raw(cfg, key)
-    if found is _ABSENT:
-        if not select:
-            return None
-        return _resolve(cfg, dotted, _literal(default) if default is not None else None, depth + 1)
-    return _resolve(cfg, key, found, depth + 1)
-
-
-def _raw(cfg: dict, dotted: str) -> Any:
-    parts = dotted.split(".")
-    value = _walk(cfg, parts)
-    return _walk(defaults(), parts) if value is _ABSENT else value
-
-
-def effective(cfg: dict, dotted: str) -> Any:
-    """The value VERL/Agent Lightning will use: config.json's, else Agent Lightning's, else VERL 0.8.0's default.
-
-    Interpolations are followed (critic.ppo_mini_batch_size follows actor.ppo_mini_batch_size);
-    None for a key that exists nowhere; "???" for a mandatory value left unset.
-    """
-    value = _raw(cfg if isinstance(cfg, dict) else {}, dotted)
-    return None if value is _ABSENT else _resolve(cfg if isinstance(cfg, dict) else {}, dotted, value)
+def non_finite_checks(cfg: dict, source: str) -> list[Check]:
+    """NaN and infinity (a `--` override such as lr=inf; config.json itself cannot hold them)."""
+    out = []
+    for path, value in _string_leaves(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            where = _shown(path)
+            out.append(Check("schema", "fail", f"{where}: {value} is not a finite number",
+                             "write a finite number, e.g. 1e-6 or 0.5", where,
+                             {"keys": [where], "verl": "type", "source": source}))
+    return out
 
 
 # --------------------------------------------------------------------------- schema and keys
@@ -123,17 +123,29 @@ def _dotted(path: Any) -> str:
     return ".".join(str(p) for p in path)
 
 
-def schema_checks(cfg: dict, source: str) -> list[Check]:
+@functools.cache
+def _validator() -> Any:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    # JSON Schema counts 1000.0 as an integer; VERL does not convert it: data.train_batch_size=1000.0
+    # reaches torch's DataLoader, which refuses a float batch_size, only after Ray and the model are up.
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", lambda _checker, value: type(value) is int)
+    return jsonschema.validators.extend(base, type_checker=checker)(schema())
+
+
+def schema_checks(cfg: dict, source: str) -> list[Check]:
     out = []
-    for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
-        if isinstance(err.instance, str) and _INTERP.match(err.instance.strip()):
-            continue  # an OmegaConf interpolation: its type is only known once resolved
+    for err in sorted(_validator().iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
+        if isinstance(err.instance, str) and "${" in err.instance:
+            continue  # an OmegaConf interpolation: its type is only known once resolved (interpolation_checks)
         where = _dotted(err.absolute_path) or source
-        out.append(Check("schema", "fail", f"{where}: {err.message}", _schema_hint(err), where,
-                         {"keys": [where], "verl": "type", "source": source}))
+        message, hint = f"{where}: {err.message}", _schema_hint(err)
+        if err.validator == "type" and isinstance(err.instance, float) and err.instance.is_integer():
+            message = (f"{where}: {err.instance!r} is a float, not an integer: VERL uses it as written, and a "
+                       "float count or batch size fails only after Ray and the model are up")
+            hint = f"write {int(err.instance)}, without the decimal point"
+        out.append(Check("schema", "fail", message, hint, where, {"keys": [where], "verl": "type", "source": source}))
     return out
 
 
@@ -199,7 +211,7 @@ _JSON_KIND = {bool: "true or false", int: "an integer", float: "a number", str: 
 
 def _type_check(path: str, value: Any, ref: Any, source: str) -> list[Check]:
     """For keys the schema does not list: the JSON type VERL's default has (null is always allowed)."""
-    if value is None or ref is None or (isinstance(value, str) and _INTERP.match(value.strip())):
+    if value is None or ref is None or (isinstance(value, str) and "${" in value):
         return []
     if isinstance(ref, str) and _INTERP.match(ref.strip()) or ref == MISSING:
         return []  # the default is an interpolation: its type is that of another key
@@ -247,7 +259,8 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
     if not isinstance(cfg, dict):
         return [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
                       'e.g. {"data": {"train_batch_size": 8}}', source)]
-    checks = schema_checks(cfg, source) + key_checks(cfg, source)
+    checks = (schema_checks(cfg, source) + non_finite_checks(cfg, source) + interpolation_checks(cfg, source)
+              + key_checks(cfg, source))
     work = copy.deepcopy(cfg)
     if gpus is not None:
         trainer = work.get("trainer") if isinstance(work.get("trainer"), dict) else {}
@@ -258,7 +271,7 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
                             + ("" if user in (_ABSENT, gpus) else f" (config.json says {user})"),
                             where="trainer.n_gpus_per_node", details={"keys": ["trainer.n_gpus_per_node"], "gpus": gpus,
                                                                       "config": None if user is _ABSENT else user}))
-    bad_types = {c.where for c in checks if c.name == "schema"}
+    bad_types = {c.where for c in checks if c.name in ("schema", "interpolation")}
     checks += verl_rules.rule_checks(work, source=source, gpus=gpus, train_rows=train_rows, skip=bad_types)
     if not any(c.status in ("fail", "warn") for c in checks):
         n = sum(1 for _ in _leaves(cfg))

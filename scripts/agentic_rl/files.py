@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,147 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+# config.json and agent.json become OmegaConf/YAML, overrides and --json output: only what RFC 8259 and
+# UTF-8 allow gets through, and nothing deeper than any VERL key (6 levels) could need.
+MAX_JSON_DEPTH = 32
+
+FLOAT_MAX = sys.float_info.max
+
+
+class _NotFinite(str):
+    """A number token that is NaN or infinite as a float (NaN, Infinity, 1e309): its text, kept to report it."""
+
+    reason = "is not valid JSON (JSON has no NaN or Infinity)"
+
+
+class _TooBig(_NotFinite):
+    reason = "is beyond the range of a 64-bit float (max 1.8e308)"
+
+
+def _not_finite_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else _TooBig(text)
+
+
+def _not_finite_int(text: str) -> Any:
+    value = int(text)
+    return value if abs(value) <= FLOAT_MAX else _TooBig(text)
+
+
+_strict_decoder = json.JSONDecoder(parse_constant=_NotFinite, parse_float=_not_finite_float,
+                                   parse_int=_not_finite_int)
+
+
+class JSONProblem(ValueError):
+    """Why a text is not strict JSON: message, hint, 1-based line and column (None when unknown), dotted key."""
+
+    def __init__(self, message: str, hint: str, line: int | None = None, key: str | None = None,
+                 col: int | None = None):
+        super().__init__(message)
+        self.message, self.hint, self.line, self.key, self.col = message, hint, line, key, col
+
+    def where(self) -> str:
+        """":LINE:COL", ":LINE" or "" to follow a file name."""
+        if not self.line:
+            return ""
+        return f":{self.line}" + (f":{self.col}" if self.col else "")
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _too_deep_at(text: str, limit: int) -> int | None:
+    """The offset of the bracket that opens level limit+1, outside strings (only run on a failure)."""
+    depth, in_str, escaped = 0, False, False
+    for pos, ch in enumerate(text):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return pos
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def _token_line(text: str, token: str) -> int | None:
+    """The line of a token when it occurs exactly once in the text (else None: the key still names it)."""
+    low, tok = text.lower(), token.lower()
+    pos = low.find(tok)
+    return _line_of(text, pos) if pos >= 0 and low.find(tok, pos + 1) < 0 else None
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def parse_json_strict(text: str) -> Any:
+    """json.loads that accepts only strict JSON: raises JSONProblem for invalid JSON, NaN/Infinity,
+    numbers beyond a 64-bit float (1e309), lone surrogate escapes (\\ud800) and nesting deeper than
+    MAX_JSON_DEPTH, naming the line and key where it can.
+
+        >>> parse_json_strict('{"optim": {"lr": 1e309}}')
+        Traceback (most recent call last):
+        ...
+        agentic_rl.files.JSONProblem: optim.lr: 1e309 is beyond the range of a 64-bit float (max 1.8e308)
+    """
+    deep_hint = f"VERL's deepest key is 6 levels; keep the file under {MAX_JSON_DEPTH} levels of nesting"
+    try:
+        obj = _strict_decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        raise JSONProblem(f"invalid JSON: {exc.msg}", "fix the JSON syntax there", exc.lineno,
+                          col=exc.colno) from None
+    except RecursionError:
+        pos = _too_deep_at(text, MAX_JSON_DEPTH)
+        raise JSONProblem(f"nested deeper than {MAX_JSON_DEPTH} levels", deep_hint,
+                          None if pos is None else _line_of(text, pos)) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise JSONProblem(f"invalid JSON: {exc}", "write a number of at most 308 digits") from None
+    stack: list[tuple[Any, tuple, int]] = [(obj, (), 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        key = ".".join(map(str, path)) or None
+        if depth > MAX_JSON_DEPTH:
+            pos = _too_deep_at(text, MAX_JSON_DEPTH)
+            raise JSONProblem(f"nested deeper than {MAX_JSON_DEPTH} levels", deep_hint,
+                              None if pos is None else _line_of(text, pos), key[:200] if key else None)
+        if isinstance(node, _NotFinite):
+            shown = node if len(node) <= 20 else f"{node[:12]}... ({len(node)} digits)"
+            raise JSONProblem(f"{key + ': ' if key else ''}{shown} {node.reason}",
+                              "write a finite number, e.g. 1e-6 or 0.5", _token_line(text, node), key)
+        if isinstance(node, str):
+            if _has_surrogate(node):
+                bad = next(c for c in node if 0xD800 <= ord(c) <= 0xDFFF)
+                esc = f"\\u{ord(bad):04x}"
+                raise JSONProblem(f"{key + ': ' if key else ''}lone surrogate escape {esc} is not a Unicode "
+                                  "character (it cannot be written as UTF-8)",
+                                  "remove it, or write the character it stands for (a pair such as "
+                                  "\\ud83d\\ude00 is fine)", _token_line(text, esc), key)
+        elif isinstance(node, dict):
+            for k, v in reversed(node.items()):
+                if _has_surrogate(k):
+                    stack.append((k, (*path, k.encode("utf-8", "backslashreplace").decode()), depth + 1))
+                stack.append((v, (*path, k), depth + 1))
+        elif isinstance(node, list):
+            stack.extend((v, (*path, i), depth + 1) for i, v in reversed(list(enumerate(node))))
+    return obj
+
+
 def read_json_file(path: str | os.PathLike) -> Any:
-    """Read JSON, turning every failure into a UserError that names the file, line and column."""
+    """Read strict JSON, turning every failure into a UserError that names the file, line and key."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -50,6 +191,6 @@ def read_json_file(path: str | os.PathLike) -> Any:
     if text.startswith("\ufeff"):
         raise UserError(f"{path}:1: starts with a UTF-8 byte-order mark", "save the file as UTF-8 without BOM")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}", "fix the JSON syntax there") from None
+        return parse_json_strict(text)
+    except JSONProblem as exc:
+        raise UserError(f"{path}{exc.where()}: {exc.message}", exc.hint) from None

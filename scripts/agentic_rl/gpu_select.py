@@ -30,9 +30,9 @@ FREE_FRAC_KEY = "actor_rollout_ref.rollout.gpu_memory_utilization"
 
 def config_value(cfg: dict, dotted: str):
     """The value VERL will use for a dotted key (the user's, else Agent Lightning's or VERL's default)."""
-    from agentic_rl import config_checks
+    from agentic_rl import config_values
 
-    return config_checks.effective(cfg, dotted)
+    return config_values.effective(cfg, dotted)
 
 
 def load_config(path: str) -> dict:

@@ -146,9 +146,9 @@ def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: 
     step = run_dir.latest_checkpoint(output_dir)
     if resume:
         if step is None:
-            from agentic_rl import config_checks
+            from agentic_rl import config_values
 
-            error = run_dir.nothing_to_resume(output_dir, config_checks.effective(user_cfg, "trainer.save_freq"),
+            error = run_dir.nothing_to_resume(output_dir, config_values.effective(user_cfg, "trainer.save_freq"),
                                               "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None)
             raise Failure("config", error.message)
         return "auto", step

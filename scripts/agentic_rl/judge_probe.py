@@ -110,9 +110,15 @@ def child_main() -> int:
                 continue
             seconds = time.perf_counter() - started
             try:
-                emit(event="call", kind=kind, seconds=seconds, reward=task.coerce_reward(value))
+                reward = task.coerce_reward(value)
             except ValueError as exc:
                 emit(event="call", kind=kind, seconds=seconds, error=str(exc), where="judge.py")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a returned object whose __float__ raises
+                emit(event="call", kind=kind, seconds=seconds, error=f"float() of the result raised {_describe(exc)}",
+                     where="judge.py")
+                continue
+            emit(event="call", kind=kind, seconds=seconds, reward=reward)
     emit(event="done")
     return 0
 
@@ -226,7 +232,8 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
         result["p95_ms"] = round(_percentile(seconds, 0.95) * 1000, 3)
         for kind in KINDS:
             rewards = [c["reward"] for c in good if c["kind"] == kind]
-            result[f"{kind}_mean"] = round(sum(rewards) / len(rewards), 4) if rewards else None
+            # Each term divided first: the sum of large finite rewards must not overflow to inf.
+            result[f"{kind}_mean"] = round(math.fsum(r / len(rewards) for r in rewards), 4) if rewards else None
     return result
 
 

@@ -154,12 +154,12 @@ def _override(overrides: list[str], key: str) -> str | None:
 
 
 def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
-    """The value a run will use: the last `--` override, else config_checks.effective (the user's value,
+    """The value a run will use: the last `--` override, else config_values.effective (the user's value,
     else Agent Lightning's or VERL 0.8.0's default)."""
-    from agentic_rl import config_checks
+    from agentic_rl import config_values
 
     raw = _override(overrides, dotted)
-    return raw if raw is not None else config_checks.effective(cfg, dotted)
+    return raw if raw is not None else config_values.effective(cfg, dotted)
 
 
 def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:

@@ -23,9 +23,9 @@ TIGHT_MARGIN = 0.10
 
 
 def _get(cfg: dict, dotted: str, default):
-    from agentic_rl import config_checks
+    from agentic_rl import config_values
 
-    value = config_checks.effective(cfg, dotted)
+    value = config_values.effective(cfg, dotted)
     return default if value is None else value
 
 

@@ -10,19 +10,22 @@ No network, no weights read: the parameter count comes from the safetensors head
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import stat
 import struct
 from pathlib import Path
 
-from agentic_rl import task
+from agentic_rl import cli, files, task
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+# safetensors' dtypes and their width in bits (F4/F6 are packed below a byte).
+DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U64": 64,
+              "U32": 32, "U16": 16, "U8": 8, "BOOL": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F6_E2M3": 6,
+              "F6_E3M2": 6, "F4": 4, "C64": 64}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
 
 
@@ -81,49 +84,93 @@ def candidates(roots: list[Path]) -> list[tuple[str, Path]]:
 
 
 def safetensors_params(path: Path) -> tuple[int, str | None]:
-    """(parameter count, dtype) from one safetensors header, reading only the header."""
+    """(parameter count, dtype) from one safetensors header, reading only the header.
+
+    Raises ValueError unless the header is sane: a JSON object of tensors, each with a known dtype,
+    a shape of non-negative integers and data_offsets inside the file that match shape and dtype.
+    """
+    size = path.stat().st_size
     with path.open("rb") as fh:
         raw = fh.read(8)
         if len(raw) != 8:
             raise ValueError("shorter than the 8-byte header length")
         (length,) = struct.unpack("<Q", raw)
-        if length > MAX_HEADER_BYTES or length > path.stat().st_size - 8:
+        if length > MAX_HEADER_BYTES or length > size - 8:
             raise ValueError(f"header length {length} is impossible for this file")
-        header = json.loads(fh.read(length))
+        try:
+            header = files.parse_json_strict(fh.read(length).decode("utf-8"))
+        except (UnicodeDecodeError, files.JSONProblem) as exc:
+            raise ValueError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
+    data_bytes = size - 8 - length
     count, dtypes = 0, {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        n = 1
-        for dim in info["shape"]:
-            n *= int(dim)
+        if not isinstance(info, dict):
+            raise ValueError(f"tensor {name!r}: its entry is {type(info).__name__}, not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in DTYPE_BITS:
+            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or any(type(d) is not int or d < 0 for d in shape):
+            raise ValueError(f"tensor {name!r}: shape {shape!r} is not a list of non-negative integers")
+        n = math.prod(shape)
+        if (not isinstance(offsets, list) or len(offsets) != 2 or any(type(o) is not int for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= data_bytes):
+            raise ValueError(f"tensor {name!r}: data_offsets {offsets!r} are not inside the file's "
+                             f"{data_bytes} data bytes")
+        need = (n * DTYPE_BITS[dtype] + 7) // 8
+        if offsets[1] - offsets[0] != need:
+            raise ValueError(f"tensor {name!r}: data_offsets span {offsets[1] - offsets[0]} bytes, but shape "
+                             f"{shape} of {dtype} needs {need}")
         count += n
-        dtypes[info["dtype"]] = dtypes.get(info["dtype"], 0) + n
+        dtypes[dtype] = dtypes.get(dtype, 0) + n
     return count, max(dtypes, key=dtypes.get) if dtypes else None
 
 
 def inspect_model(path: Path) -> dict:
-    """Facts and problems of a model folder; complete only when config, tokenizer and every shard are there."""
+    """Facts and problems of a model folder; complete only when config, tokenizer and every shard are there.
+
+    Never raises for what is in the folder: whatever cannot be read is one of its problems, so a
+    listing of many folders survives a bad one.
+    """
     path = Path(path)
     problems: list[str] = []
     info: dict = {"path": str(path), "architecture": None, "dtype": None, "size_bytes": 0,
                   "num_parameters": None, "shards": 0}
-    config = {}
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        _inspect(path, info, problems)
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+        problems.append(f"cannot be read: {type(exc).__name__}: {exc}"[:300])
+    info["problems"] = problems
+    info["complete"] = not problems
+    return info
+
+
+def _inspect(path: Path, info: dict, problems: list[str]) -> None:
+    config = None
+    problem = _file_problem(path, "config.json", what="")
+    if problem:
+        problems.append(problem)
+    else:
+        try:
+            config = files.read_json_file(path / "config.json")
+        except cli.UserError as exc:
+            problems.append(exc.message.replace(str(path / "config.json"), "config.json"))
+    if config is not None and not isinstance(config, dict):
+        problems.append(f"config.json is a JSON {type(config).__name__}, not an object")
+    elif config is not None:
         archs = config.get("architectures") or []
-        if len(archs) != 1:
-            problems.append(f"config.json: architectures must name exactly one class, found {archs}")
+        if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
+            problems.append(f"config.json: architectures must name exactly one class, found {archs!r}"[:300])
         else:
             info["architecture"] = archs[0]
-        info["dtype"] = config.get("torch_dtype") or config.get("dtype")
+        dtype = config.get("torch_dtype") or config.get("dtype")
+        info["dtype"] = dtype if isinstance(dtype, str) else None
         info["max_position_embeddings"] = config.get("max_position_embeddings")
-    except FileNotFoundError:
-        problems.append("config.json is missing")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        problems.append(f"config.json is not valid JSON: {exc}")
-    files = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
-    for p in files:
+    present = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
+    for p in present:
         if not p.exists():
             problems.append(f"{p.relative_to(path)} is a broken link")
             continue
@@ -137,38 +184,88 @@ def inspect_model(path: Path) -> dict:
     info["shards"] = len(weights)
     params, dtype = 0, None
     for w in weights:
-        if w.suffix == ".safetensors" and w.exists() and w.stat().st_size:
+        if w.suffix == ".safetensors" and w.stat().st_size:
             try:
                 n, dtype = safetensors_params(w)
                 params += n
-            except (ValueError, KeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-                problems.append(f"{w.name}: unreadable safetensors header: {exc}")
+            except ValueError as exc:
+                problems.append(f"{w.relative_to(path)}: unreadable safetensors header: {exc}")
     if params:
         info["num_parameters"] = params
         info["dtype"] = info["dtype"] or dtype
-    info["problems"] = problems
-    info["complete"] = not problems
-    return info
+
+
+def _file_problem(path: Path, name: object, named_in: str | None = None, what: str = "shard") -> str | None:
+    """Why a file the model needs is not a regular file inside its folder (None when it is).
+
+    Inside means by name (relative, no `..`): HF cache snapshots link to blobs elsewhere, and that is
+    fine. Only stat() is used: opening a FIFO would block the reader.
+    """
+    who = f"{what} {name!s}".strip() + (f" named in {named_in}" if named_in else "")
+    if not isinstance(name, str) or not name:
+        return f"{named_in or 'the folder'} names a {what} {name!r} that is not a file name"
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        return f"{who} is outside the model folder"
+    try:
+        mode = (path / name).stat().st_mode  # follows links, as the loader will
+    except FileNotFoundError:
+        return f"{who} is missing"
+    except OSError as exc:
+        return f"{who} cannot be read: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+        return f"{who} is {kind}, not a regular file"
+    return None
 
 
 def weight_files(path: Path, problems: list[str]) -> list[Path]:
-    """Every weight file the index names (missing ones noted in problems), or the single-file weights."""
+    """The regular weight files the index names, or the single-file weights; every other one is a problem."""
     for index_name in INDEX_FILES:
         index = path / index_name
-        if index.exists():
-            try:
-                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-                problems.append(f"{index_name}: unreadable: {exc}")
+        if index.exists() or index.is_symlink():
+            problem = _file_problem(path, index_name, what="")
+            if problem:
+                problems.append(problem)
                 return []
+            try:
+                weight_map = files.read_json_file(index).get("weight_map")
+            except cli.UserError as exc:
+                problems.append(f"{index_name}: unreadable: {exc.message.replace(str(index), '').lstrip(': ')}")
+                return []
+            except AttributeError:
+                weight_map = None
+            if not isinstance(weight_map, dict):
+                problems.append(f"{index_name}: weight_map must be an object of tensor name -> shard file")
+                return []
+            shards: list = []
+            for shard in weight_map.values():  # few distinct ones; a value may be any JSON (unhashable too)
+                if shard not in shards:
+                    shards.append(shard)
+            shards.sort(key=str)
+            good = []
             for shard in shards:
-                if not (path / shard).exists():
-                    problems.append(f"shard {shard} named in {index_name} is missing")
-            return [path / s for s in shards]
+                problem = _file_problem(path, shard, index_name)
+                if problem:
+                    problems.append(problem)
+                else:
+                    good.append(path / shard)
+            return good
     for single in SINGLE_FILES:
-        if (path / single).exists():
+        if (path / single).exists() or (path / single).is_symlink():
+            problem = _file_problem(path, single, what="weights")
+            if problem:
+                problems.append(problem)
+                return []
             return [path / single]
     loose = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES) if path.is_dir() else []
     if not loose:
         problems.append("no weights (model.safetensors, a sharded index, or pytorch_model.bin)")
-    return loose
+    good = []
+    for p in loose:
+        problem = _file_problem(path, p.name, what="weights")
+        if problem:
+            problems.append(problem)
+        else:
+            good.append(p)
+    return good

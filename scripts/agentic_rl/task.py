@@ -11,6 +11,7 @@ module in every rollout.
 from __future__ import annotations
 
 import json
+import math
 import os
 import string
 from collections.abc import Callable, Sequence
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
-from agentic_rl.files import atomic_write_json, atomic_write_text, read_json_file
+from agentic_rl.files import (
+    JSONProblem,
+    atomic_write_json,
+    atomic_write_text,
+    parse_json_strict,
+    read_json_file,
+)
 
 # The files of a task folder. agent.json may be replaced by agent.jsonl (its first line).
 TASK_FILES = {
@@ -115,22 +122,31 @@ def agent_config_path(input_dir: Path) -> Path | None:
     return None
 
 
+def first_json_line(path: Path) -> tuple[int, str | None]:
+    """(line number, text) of the first non-blank line of a JSON Lines file; (0, None) when all are blank."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.strip():
+                    return lineno, line
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not valid UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
+    return 0, None
+
+
 def load_agent_config(input_dir: Path) -> dict:
     """agent.json (an object) or the first non-blank line of agent.jsonl; model_name is required."""
     path = agent_config_path(input_dir)
     if path is None:
         raise UserError(f"{input_dir}: neither agent.json nor agent.jsonl exists", TASK_FILES["agent.json"])
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise UserError(f"{path}:{lineno}: invalid JSON: {exc.msg}", "fix the JSON on that line") from None
-                    break
-            else:
-                raise UserError(f"{path}: empty file", TASK_FILES["agent.json"])
+        lineno, line = first_json_line(path)
+        if line is None:
+            raise UserError(f"{path}: empty file", TASK_FILES["agent.json"])
+        try:
+            obj = parse_json_strict(line)
+        except JSONProblem as exc:
+            raise UserError(f"{path}:{lineno}: {exc.message}", exc.hint) from None
     else:
         obj = read_json_file(path)
     if not isinstance(obj, dict):
@@ -156,18 +172,37 @@ def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
     return fn
 
 
+# Agent Lightning 1.0.2 puts rewards into a bfloat16 tensor (verl/rollout_adapter.py): beyond this they are inf.
+BFLOAT16_MAX = 3.3895313892515355e38
+
+
 def coerce_reward(value: Any) -> float:
-    """A judge result as a float: bool and int are accepted; anything else non-numeric or non-finite raises."""
-    import math
+    """A judge result as a float: bool, int and float (numpy's scalars too) are accepted; anything else
+    non-numeric, non-finite or beyond bfloat16 raises ValueError.
+
+        >>> coerce_reward(True), coerce_reward(3)
+        (1.0, 3.0)
+    """
     import numbers
 
+    # numpy.bool_ is no numbers.Real; its scalars say what they are via .item(). numpy is never imported here.
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)) and not getattr(value, "shape", ()):
+        value = value.item()
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, numbers.Real):
         raise ValueError(f"compute_reward returned {type(value).__name__} {value!r}, not a number")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond 1.8e308 (str() of it may itself be refused: 4,300 digits at most)
+        bits = int(value).bit_length() if isinstance(value, numbers.Integral) else 0
+        raise ValueError("compute_reward returned a number too large for a float"
+                         + (f" (an integer of {bits} bits)" if bits else "")) from None
     if not math.isfinite(result):
         raise ValueError(f"compute_reward returned {result}, not a finite number")
+    if abs(result) > BFLOAT16_MAX:
+        raise ValueError(f"compute_reward returned {result:g}, beyond bfloat16's range (3.4e38) in which Agent "
+                         "Lightning passes rewards to VERL (it would train on inf)")
     return result
 
 
@@ -179,11 +214,20 @@ def set_agent(input_dir: Path, model_name: str) -> Path:
         atomic_write_json(path, {"model_name": model_name})
         return path
     if path.suffix == ".jsonl":
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.strip())
-        obj = json.loads(lines[first])
+        lineno, line = first_json_line(path)
+        with path.open(encoding="utf-8", newline="") as fh:  # the same line ends first_json_line counts
+            lines = fh.readlines()
+        if line is None:  # only blank lines: there is no other key to keep
+            atomic_write_text(path, json.dumps({"model_name": model_name}, ensure_ascii=False) + "\n")
+            return path
+        try:
+            obj = parse_json_strict(line)
+        except JSONProblem as exc:
+            raise UserError(f"{path}:{lineno}: {exc.message}", f"fix agent.jsonl first ({exc.hint})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}:{lineno}: not a JSON object", "fix agent.jsonl first")
         obj["model_name"] = model_name
-        lines[first] = json.dumps(obj, ensure_ascii=False) + "\n"
+        lines[lineno - 1] = json.dumps(obj, ensure_ascii=False) + "\n"
         atomic_write_text(path, "".join(lines))
     else:
         obj = read_json_file(path)

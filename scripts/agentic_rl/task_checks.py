@@ -37,6 +37,46 @@ def _reject_constant(name: str) -> None:
 
 # One decoder, built once: json.loads with keyword arguments would build a new one per line.
 _decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+# A \uD800-\uDFFF escape: only lines that have one are searched for a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class Defect(str):
+    """A defect message; `field` names the row field it is in, `hint` says how to fix it (when known)."""
+
+    def __new__(cls, message: str, field: str | None = None, hint: str | None = None) -> Defect:
+        self = super().__new__(cls, message)
+        self.field, self.hint = field, hint
+        return self
+
+
+def lone_surrogate(row: dict) -> Defect | None:
+    """The first string (key or value, at any depth) holding a lone surrogate such as "\\ud800".
+
+    JSON can escape one, but it is no Unicode character: writing it as UTF-8 fails (the prompt,
+    the judge's rows, every log line), so the row is a defect here rather than a crash later.
+    """
+    stack: list[tuple[object, str]] = [(v, k) for k, v in reversed(row.items())] + [(k, k) for k in row]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+                continue
+            except UnicodeEncodeError:
+                bad = next(c for c in node if 0xD800 <= ord(c) <= 0xDFFF)
+            shown = path.encode("utf-8", "backslashreplace").decode()
+            return Defect(f"field {shown} holds a lone surrogate escape \\u{ord(bad):04x}: not a Unicode "
+                          "character, so it cannot be written as UTF-8",
+                          shown.split(".", 1)[0],
+                          "remove the escape, or write the character it stands for (a pair such as "
+                          "\\ud83d\\ude00 is fine)")
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(node.items()))
+            stack.extend((k, f"{path}.{k}") for k in node)
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict | None, str | None]]:
@@ -70,6 +110,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict | None, str | None]
                     yield lineno, None, f"invalid JSON: {str(exc) or type(exc).__name__}"
                 continue
             if type(row) is dict:
+                if _SURROGATE_ESCAPE.search(raw) and (defect := lone_surrogate(row)):
+                    yield lineno, None, defect
+                    continue
                 yield lineno, row, None
             else:
                 kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
@@ -132,7 +175,8 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
 
     for lineno, row, problem in iter_jsonl(path):
         if row is None:
-            add(lineno, problem or "", "write one JSON object per line, saved as UTF-8 without BOM")
+            add(lineno, problem or "", getattr(problem, "hint", None) or "write one JSON object per line, saved as "
+                "UTF-8 without BOM", getattr(problem, "field", None))
             continue
         rows += 1
         ok = True
@@ -330,9 +374,9 @@ def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None
 
 def train_batch_size(cfg: dict) -> int | None:
     """data.train_batch_size as VERL will use it (the user's value, else the default)."""
-    from agentic_rl import config_checks
+    from agentic_rl import config_values
 
-    value = config_checks.effective(cfg, "data.train_batch_size")
+    value = config_values.effective(cfg, "data.train_batch_size")
     return value if type(value) is int else None
 
 

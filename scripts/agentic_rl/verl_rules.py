@@ -1,6 +1,6 @@
 """VERL 0.8.0's cross-field config rules, re-stated in pure Python (used by config_checks).
 
-Each rule reads values through config_checks.effective (so VERL's defaults count) and returns
+Each rule reads values through config_values.effective (so VERL's defaults count) and returns
 Checks whose message names the keys and the VERL rule it mirrors, and whose details say when VERL
 itself would find out: "validate_config" (VERL's verl.utils.config.validate_config, the actor/critic
 dataclasses it builds, or the rollout dataclass; all after Ray is up) or "later" (after model load,
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_rl.cli import Check
-from agentic_rl.config_checks import MISSING, effective
+from agentic_rl.config_values import MISSING, effective
 
 ARR = "actor_rollout_ref"
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")

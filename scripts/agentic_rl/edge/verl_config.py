@@ -160,6 +160,57 @@ def compose_config(user_cfg: dict, overrides: list[str] | tuple[str, ...] = (), 
     return cfg, info
 
 
+def resolve_paths(tree: dict, paths: list[tuple]) -> tuple[dict[tuple, Any], dict[tuple, str]]:
+    """Resolve the values at `paths` (keys and list indices) of a plain config tree as OmegaConf does
+    when VERL calls OmegaConf.resolve at start. Returns ({path: value}, {path: why it cannot resolve}).
+
+    >>> resolve_paths({"a": "${b}", "b": 3, "c": "${nope}"}, [("a",), ("c",)])
+    ({('a',): 3}, {('c',): "Interpolation key 'nope' not found"})
+    """
+    from omegaconf import OmegaConf
+
+    values: dict[tuple, Any] = {}
+    errors: dict[tuple, str] = {}
+    tree = copy.deepcopy(tree)
+    # A grammar error (an unterminated "${oc.env:") fails OmegaConf.create for the whole tree: such a
+    # value becomes "???" (missing), so what refers to it fails on access, and its own path says why.
+    stack: list[tuple[Any, tuple]] = [(tree, ())]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            if isinstance(value, (dict, list)):
+                stack.append((value, (*path, key)))
+            elif isinstance(value, str) and "${" in value:
+                try:
+                    OmegaConf.create({"value": value})
+                except Exception as exc:
+                    errors[(*path, key)] = _message(exc)
+                    node[key] = "???"
+    errors = {p: errors[p] for p in paths if p in errors}
+    cfg = OmegaConf.create(tree)
+    for path in paths:
+        if path in errors:
+            continue
+        node = cfg
+        try:
+            for part in path:
+                node = node[part]
+            values[path] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        except Exception as exc:  # InterpolationKeyError, InterpolationResolutionError (a cycle, oc.env) ...
+            errors[path] = _message(exc)
+    return values, errors
+
+
+def _message(exc: BaseException) -> str:
+    """OmegaConf's own first line (the rest repeats the key and the object type)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else type(exc).__name__
+    if type(exc).__name__ == "GrammarParseError":
+        return f"not valid interpolation syntax (OmegaConf: {first[:60]}{'...' if len(first) > 60 else ''})"
+    return first
+
+
 def _first_line(exc: BaseException) -> str:
     """One line: VERL's message (Hydra's instantiate wrapper spreads it over several)."""
     text = " ".join(str(exc).split())

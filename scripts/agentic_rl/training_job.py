@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
-Usage: main.py --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
+Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
                [--resume] [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
 
-start_training.sh runs it with nohup + setsid and `>> O/training.log`; it runs in the
+The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
 
-    $ python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse
+    $ PYTHONPATH=scripts python -m agentic_rl.training_job --input-dir assets/example --output-dir /tmp/out --rehearse
     [main] run run-20250101-120000-ab12cd: rehearse mode, 0 train / 32 test rows
     [main] gateway http://127.0.0.1:40123 (pid 4242), controller pid 4243 (4 agents, poll 0.5 s)
     [main] rehearsal: 32 rollouts, mean reward 1.0, 0 failed -> O/rehearsal.json
@@ -302,9 +302,10 @@ class Run:
 
 def build_parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(
-        prog="main.py", description="The training job start_training.sh runs in the background.",
-        epilog="example:\n  python scripts/main.py --input-dir assets/example --output-dir /tmp/out --rehearse\n"
-               "  python scripts/main.py --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
+        prog="python -m agentic_rl.training_job", description="The training job start_training.sh runs in the background.",
+        epilog="example:\n  PYTHONPATH=scripts python -m agentic_rl.training_job --input-dir assets/example "
+               "--output-dir /tmp/out --rehearse\n"
+               "  PYTHONPATH=scripts python -m agentic_rl.training_job --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
     parser.add_argument("--input-dir", help="the task folder (default: $EVO_INPUT_DIR)")
     parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else INPUT_DIR/../outputs)")
     parser.add_argument("--run-id", help="this run's id (default: $EVO_RUN_ID, else a new one)")

@@ -123,6 +123,7 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
     ids = _IdIndex()
     buckets = ids.buckets  # appended to inline: the loop below runs once per row
     samples: list[tuple[int, dict]] = []
+    absent: dict[str, dict] = {}  # template field -> rows without it, first line, that row's keys
 
     def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
         nonlocal total
@@ -143,9 +144,9 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
                     if missing == "ground_truth":
                         add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge "
                             "scores the response against it", missing)
-                    else:
-                        add(lineno, f"field {missing} is missing (task.goal uses {{{missing}}})",
-                            f"add {missing} to the row, or change task.goal", missing)
+                    else:  # one finding per field, after the loop: a template typo misses it in every row
+                        seen = absent.setdefault(missing, {"rows": 0, "line": lineno, "keys": list(row)})
+                        seen["rows"] += 1
                 break
         if "metadata" in row and type(metadata := row["metadata"]) is not dict:
             ok = False
@@ -164,13 +165,35 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
         if ok and len(samples) < sample:
             samples.append((lineno, row))
 
+    for missing, seen in absent.items():
+        total += 1
+        shown.append(_missing_field(name, missing, seen, rows, fields or []))
     candidates = ids.candidates()
-    if candidates:
-        dups = list(_duplicates(path, candidates))
+    if candidates or absent:
+        dups = list(_duplicates(path, candidates)) if candidates else []
         total += len(dups)
         merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
         shown = merged[:MAX_SHOWN]
     return {"rows": rows, "defects": total, "shown": shown, "sample": samples}
+
+
+def _missing_field(name: str, field: str, seen: dict, rows: int, fields: list[str]) -> Check:
+    """One finding for a template field some rows lack: how many, the first line, and the closest field
+    name the rows do have (a did-you-mean only when it is near; else the rows' fields)."""
+    import difflib
+
+    others = [k for k in seen["keys"] if k not in fields and k not in ("ground_truth", "id", "metadata")]
+    near = difflib.get_close_matches(field, others, n=1, cutoff=0.6)
+    where = "every row" if seen["rows"] == rows else f"{seen['rows']} of {rows} rows"
+    if near:
+        hint = f"did you mean {{{near[0]}}}? write {{{near[0]}}} in task.goal, or add {field} to the rows"
+    else:
+        hint = (f"the rows have {', '.join(others) or 'no other fields'}: use one of them in task.goal, or add "
+                f"{field} to the rows")
+    check = _defect(name, seen["line"], f"field {field} is missing in {where} (first at line {seen['line']}; "
+                    f"task.goal uses {{{field}}})", hint, field)
+    check.details.update(rows=seen["rows"], suggestion=near[0] if near else None, row_fields=others)
+    return check
 
 
 def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:

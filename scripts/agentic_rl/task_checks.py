@@ -296,6 +296,31 @@ def agent_checks(input_dir: Path) -> list[Check]:
     return out
 
 
+MODEL_PATH_KEY = "actor_rollout_ref.model.path"
+
+
+def model_path_check(input_dir: Path, cfg: dict | None) -> list[Check]:
+    """config.json's actor_rollout_ref.model.path (Agent Lightning's examples set it) never reaches VERL:
+    the launcher writes agent.json's model_name there. A warning with both values when they differ."""
+    model = (cfg or {}).get("actor_rollout_ref", {}) if isinstance(cfg, dict) else {}
+    model = model.get("model") if isinstance(model, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if path is None:
+        return []
+    try:
+        name = task.load_agent_config(input_dir)["model_name"]
+    except UserError:
+        return []  # agent.json's own check says why
+    agent = task.agent_config_path(input_dir)
+    if str(path) == name:
+        return []
+    return [Check("config.json", "warn", f"{MODEL_PATH_KEY} {str(path)!r} is not used: {agent.name} model_name "
+                  f"{name!r} wins (the launcher writes model_name into {MODEL_PATH_KEY})",
+                  f"remove {MODEL_PATH_KEY} from config.json, and pick the model in {agent.name} "
+                  "(check_model.py --model NAME --set-agent INPUT_DIR)", MODEL_PATH_KEY,
+                  {"keys": [MODEL_PATH_KEY], "config": path, "model_name": name, "used": name})]
+
+
 def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
     """(template text, its fields, checks); fields is None when the template cannot be used."""
     path = input_dir / "task.goal"
@@ -365,7 +390,7 @@ def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
     checks = file_checks(input_dir) + agent_checks(input_dir)
     checks += read_template(input_dir)[2]
     cfg, cfg_checks = read_config(input_dir)
-    return checks + cfg_checks + config_checks_for(cfg, gpus)
+    return checks + cfg_checks + config_checks_for(cfg, gpus) + model_path_check(input_dir, cfg)
 
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
@@ -396,5 +421,5 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
-    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows"))
+    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows")) + model_path_check(input_dir, cfg)
     return checks, data

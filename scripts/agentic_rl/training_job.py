@@ -199,6 +199,9 @@ class Run:
 
         checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
         failed = [c for c in checks if c.status == "fail"]
+        for c in checks:
+            if c.status == "warn" and c.where == task_checks.MODEL_PATH_KEY:
+                cli.print_warning(c.message)
         for c in failed:
             cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
         if failed:

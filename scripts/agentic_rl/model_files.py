@@ -14,6 +14,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 from agentic_rl import task
 
@@ -24,6 +25,7 @@ SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+LOCAL_DIR_CACHE = ".cache"
 
 
 def hf_hub_dir() -> Path:
@@ -117,12 +119,14 @@ def inspect_model(path: Path) -> dict:
         else:
             info["architecture"] = archs[0]
         info["dtype"] = config.get("torch_dtype") or config.get("dtype")
-        info["max_position_embeddings"] = config.get("max_position_embeddings")
+        info["max_position_embeddings"] = max_position_embeddings(config)
     except FileNotFoundError:
         problems.append("config.json is missing")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         problems.append(f"config.json is not valid JSON: {exc}")
-    files = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
+    # .cache/huggingface/ is `hf download --local-dir`'s bookkeeping (empty .lock files among it), not the model.
+    files = [p for p in path.rglob("*") if (p.is_file() or p.is_symlink())
+             and p.relative_to(path).parts[0] != LOCAL_DIR_CACHE]
     for p in files:
         if not p.exists():
             problems.append(f"{p.relative_to(path)} is a broken link")
@@ -149,6 +153,48 @@ def inspect_model(path: Path) -> dict:
     info["problems"] = problems
     info["complete"] = not problems
     return info
+
+
+def max_position_embeddings(config: dict) -> int | None:
+    """The model's context length as VERL reads it: config.json's, else its text_config's."""
+    value = config.get("max_position_embeddings")
+    if value is None and isinstance(config.get("text_config"), dict):
+        value = config["text_config"].get("max_position_embeddings")
+    return value if type(value) is int else None
+
+
+CONTEXT_KEYS = ("data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.max_model_len")
+
+
+def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: Any = None) -> dict:
+    """The run's lengths against the model's max_position_embeddings (limit).
+
+    rollout.max_model_len above it: vLLM refuses to start (VERL's vLLM server checks it), a fail.
+    max_prompt_length + max_response_length above what vLLM will hold (max_model_len, else the
+    limit): a long prompt leaves no room for its response, and VERL trains on sequences the model
+    has never seen positions for; a fail too, since the fix is one config line.
+    Returns {"status" ok|fail|unknown, "message", "hint", "keys", the numbers}."""
+    out = {"max_position_embeddings": limit, "max_prompt_length": prompt, "max_response_length": response,
+           "max_model_len": max_model_len, "keys": list(CONTEXT_KEYS)}
+    if not limit or type(prompt) is not int or type(response) is not int:
+        return {**out, "status": "unknown", "message": "context length not checked: max_position_embeddings "
+                f"{limit}, prompt {prompt!r}, response {response!r}", "hint": ""}
+    if type(max_model_len) is int and max_model_len > limit:
+        return {**out, "status": "fail",
+                "message": f"actor_rollout_ref.rollout.max_model_len {max_model_len} is above the model's "
+                           f"max_position_embeddings {limit}: vLLM refuses to start",
+                "hint": f"set actor_rollout_ref.rollout.max_model_len <= {limit} (or remove it: it defaults to {limit})"}
+    held = max_model_len if type(max_model_len) is int else limit
+    total = prompt + response
+    name = "rollout.max_model_len" if type(max_model_len) is int else "max_position_embeddings"
+    if total > held:
+        return {**out, "status": "fail",
+                "message": f"data.max_prompt_length {prompt} + data.max_response_length {response} = {total} is "
+                           f"above the model's {name} {held}",
+                "hint": f"lower data.max_prompt_length and/or data.max_response_length to sum to <= {held}, or "
+                        "pick a model with a longer context"}
+    return {**out, "status": "ok", "message": f"prompt {prompt} + response {response} = {total} tokens of "
+                                              f"{name} {held}", "hint": ""}
 
 
 def weight_files(path: Path, problems: list[str]) -> list[Path]:

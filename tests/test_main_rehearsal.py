@@ -220,6 +220,27 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
     assert not (out / "rehearsal.json").exists() and not (out / run_dir.PID_FILE).exists()
 
 
+def test_the_launch_preflight_checks_the_lengths_against_the_models_context(example_task, tmp_path, runs):
+    from make_tiny_model import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "models" / "short", max_position_embeddings=384)["dest"]
+    agent = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent, "model_name": model}))
+    out = tmp_path / "out"
+    runs.append(out)
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-context-{os.getpid()}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    st = run_dir.read_status(out)
+    assert st["status"] == "failed" and st["failed_component"] == "config", st
+    assert "256 + data.max_response_length 256 = 512 is above the model's max_position_embeddings 384" in st["reason"]
+    assert not (out / "rehearsal.json").exists()
+    # The same folder with room for the lengths passes this check (the `--` override lowers them).
+    ok = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                    "--run-id", f"test-context2-{os.getpid()}", "--", "data.max_response_length=128")
+    assert ok.returncode == 0, ok.stdout[-3000:]
+
+
 def make_checkpoint(out: Path, step: int) -> None:
     ckpt = out / "checkpoints"
     (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)

@@ -123,6 +123,20 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
         assert status.returncode == 0, status.stderr
 
 
+def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
+    out = tmp_path / "out"
+    runs.append(out)
+    started = launch(example_task, out, "--rehearse", "--sample", "300")
+    assert started.returncode == 0, started.stderr
+    # 300 asked, 256 train rows there, rollout.n 4 in config.json: 32 + 1024 rollouts.
+    line = next(x for x in started.stdout.splitlines() if x.startswith("rehearsal: "))
+    assert line.startswith("rehearsal: 32 validation + 256 x 4 train = 1056 rollouts, ") and "about " in line
+    st = wait_for(out, lambda s: "rollouts, " in log_text(out) and "[main] rehearsal: 32 validation" in log_text(out))
+    assert line in log_text(out), "the launcher and the job's log say the same"
+    os.kill(st["pid"], signal.SIGTERM)  # no need to grind through them
+    assert wait_done(out)["status"] == "stopped"
+
+
 JUDGE_WITH_BAD_ROWS = '''
 def compute_reward(response, ground_truth, metadata):
     if ground_truth == BOOM:

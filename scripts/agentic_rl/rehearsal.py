@@ -240,6 +240,38 @@ def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
             fh.write(json.dumps(line) + "\n")
 
 
+# Agent-seconds one rollout costs with the oracle: the agent process's start (~1.2 CPU-s, see
+# edge/agl.controller_tuning) and the controller's polls. Measured: the example's 32 validation
+# rollouts take ~11 s on 4 agents over 2 cores.
+ROLLOUT_AGENT_S = 1.5
+SERVICES_START_S = 5.0  # gateway and controller up
+
+
+def cost(test_rows: int, sample_rows: int, n: int, agents: int, endpoint: str | None = None) -> dict:
+    """What a rehearsal will do and roughly how long it takes: test rows once each, then the
+    --sample train rows rollout.n times each, `agents` at a time.
+
+        >>> cost(32, 300, 4, 4)["text"]
+        'rehearsal: 32 validation + 300 x 4 train = 1232 rollouts, 4 at a time: about 8 min with the oracle'
+    """
+    rollouts = test_rows + sample_rows * n
+    seconds = SERVICES_START_S + rollouts * ROLLOUT_AGENT_S / max(1, agents)
+    train = f" + {sample_rows} x {n} train" if sample_rows else ""
+    text = (f"rehearsal: {test_rows} validation{train} = {rollouts} rollouts, {agents} at a time: about "
+            f"{_rough(seconds)}")
+    text += f", plus the model's time for {rollouts} calls to {endpoint}" if endpoint else " with the oracle"
+    return {"rollouts": rollouts, "validation": test_rows, "train": sample_rows * n, "agents": agents,
+            "estimate_s": round(seconds), "text": text}
+
+
+def _rough(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(10, round(seconds / 10) * 10)} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def oracle_delay() -> float:
     try:
         return max(0.0, float(os.environ.get(ORACLE_DELAY_ENV) or 0))

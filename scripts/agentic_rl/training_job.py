@@ -237,6 +237,8 @@ class Run:
             answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides())
             self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
+        log(rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
+                           plan.tuning["maximum_size"], self.args.model_endpoint)["text"])
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:

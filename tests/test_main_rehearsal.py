@@ -422,7 +422,34 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
         final = wait_done(out, 60)
     finally:
         server.shutdown()
-    assert final["status"] == "failed" and final["failed_component"] == "agent", final
+    assert final["status"] == "failed" and final["failed_component"] == "model endpoint", final
+    assert "model call failed: HTTP Error 400" in final["reason"]
     rep = json.loads((out / "rehearsal.json").read_text())
     assert rep["failed"] == 2 and all(r["reward"] == 0.0 for r in rep["rows"])
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
+
+
+def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, runs):
+    with socket.socket() as sock:  # a port nobody listens on: the gateway answers 502 after its retries
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse", "--model-endpoint", dead)
+    wait_for(out, lambda s: (s.get("rollout_failures") or {}).get("failed"), 120)
+    live = run_script("check_status.py", "--output-dir", str(out), "--json")
+    data = json.loads(live.stdout)["data"]
+    if data["status"] == "running":  # the usual case: the limit is 8 failures in a row, this was the first
+        assert live.returncode == 0
+    flag = next(f for f in data["flags"] if f["flag"] == "rollouts_failed")
+    assert "rollouts failed so far" in flag["message"] and "HTTP Error 502" in flag["message"], flag
+    assert "--model-endpoint" in flag["hint"]
+    assert data["rollout_failures"]["first"]["model_endpoint"] is True
+    final = wait_done(out, 180)
+    assert final["status"] == "failed" and final["failed_component"] == "model endpoint", final
+    limit = rehearsal.CONSECUTIVE_FAILURES_MAX
+    assert f"stopped after {limit} rollouts failed in a row" in final["reason"] and "HTTP Error 502" in final["reason"]
+    assert final["rollout_failures"]["failed"] == limit < 32, "it did not grind through every rollout"
+    text = run_script("check_status.py", "--output-dir", str(out))
+    assert text.returncode == 1 and "model endpoint" in text.stdout + text.stderr
+    assert_run_gone(final)

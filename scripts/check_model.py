@@ -2,10 +2,19 @@
 """Gate 4: find a local model, prove it complete, estimate whether it fits, and record the choice.
 
 Usage: check_model.py --model NAME [--models-dir DIR ...] [--list] [--json]
-                      [--set-agent INPUT_DIR] [--gpus N --config config.json] [--gpu-memory-gb G]
+                      [--set-agent INPUT_DIR] [--config config.json [--gpus N] [--gpu-memory-gb G]]
+       check_model.py --download ORG/NAME [--models-dir DIR] [--set-agent INPUT_DIR] ...
 
 NAME is a path, a folder under a search root (--models-dir, else $EVO_MODELS_DIR, colon-separated,
-else ~/models), or ORG/NAME in the Hugging Face cache ($HF_HOME/hub). Never touches the network.
+else ~/models), or ORG/NAME in the Hugging Face cache ($HF_HOME/hub). Only --download touches the
+network: it fetches ORG/NAME from the Hugging Face Hub (huggingface_hub, as `hf download ORG/NAME
+--local-dir ROOT/NAME` does) into the first search root, then checks it like --model. --set-agent
+writes the model's resolved absolute folder, so a later shell finds it without EVO_MODELS_DIR.
+--config checks data.max_prompt_length + max_response_length (and rollout.max_model_len) against
+the model's max_position_embeddings; with --gpus it estimates the memory too.
+
+The rehearsal (start_training.sh --rehearse) loads no weights: any model name works for it, and
+a tiny real folder for the checks here is `python tools/make_tiny_model.py ~/models/tiny-qwen2`.
 
     $ python scripts/check_model.py --model tiny-qwen2 --models-dir build/demo/models
     model       architecture      dtype     parameters  size    complete
@@ -22,8 +31,9 @@ import difflib
 import sys
 from pathlib import Path
 
-from agentic_rl import cli, files, memory_fit, model_files, task
+from agentic_rl import cli, config_values, files, memory_fit, model_files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
+from agentic_rl.edge import hub
 
 resolve_model = model_files.resolve_model
 inspect_model = model_files.inspect_model
@@ -63,22 +73,48 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--models-dir", action="append", metavar="DIR",
                         help="search root (repeatable, or colon-separated); default $EVO_MODELS_DIR, else ~/models")
     parser.add_argument("--list", action="store_true", help="list every model under the search roots")
-    parser.add_argument("--set-agent", metavar="INPUT_DIR", help="write the model into INPUT_DIR/agent.json")
+    parser.add_argument("--download", metavar="ORG/NAME", help="fetch ORG/NAME from the Hugging Face Hub into "
+                        "ROOT/NAME (ROOT: the first search root), then check it; needs the Hub reachable")
+    parser.add_argument("--set-agent", metavar="INPUT_DIR", help="write the model's absolute folder into "
+                        "INPUT_DIR/agent.json (model_name)")
     parser.add_argument("--gpus", type=int, metavar="N", help="estimate the per-GPU memory on N GPUs")
-    parser.add_argument("--config", metavar="FILE", help="config.json for the memory estimate")
+    parser.add_argument("--config", metavar="FILE", help="config.json: its lengths against the model's context, "
+                        "and the memory estimate with --gpus")
     parser.add_argument("--gpu-memory-gb", type=float, metavar="G", help="GPU memory when NVML cannot tell")
     cli.add_common_flags(parser)
     return parser
 
 
+def download_dir(name: str, roots: list[Path]) -> Path:
+    """Where --download puts ORG/NAME, and where resolve_model then finds it: ROOT/NAME."""
+    return (roots[0] if roots else Path("~/models").expanduser()) / name.rstrip("/").split("/")[-1]
+
+
+def fetch_hint(name: str, roots: list[Path]) -> str:
+    """The exact commands that put the model NAME where resolve_model looks."""
+    return (f"fetch it: python scripts/check_model.py --download {name}  (or: "
+            f"{hub.download_command(name, download_dir(name, roots))})")
+
+
 def body(args) -> int:
     roots = task.models_dirs(args.models_dir)
-    hub = model_files.hf_hub_dir()
+    hf_cache = model_files.hf_hub_dir()
+    if args.download:
+        if args.model and args.model != args.download:
+            raise UserError("--model and --download name two models", "pass one of them", cli.EXIT_USAGE)
+        args.model = args.download
     if not args.model and not args.list:
-        raise UserError("nothing to do", "pass --model NAME or --list", cli.EXIT_USAGE)
-    if not any(r.is_dir() for r in roots) and not hub.is_dir() and not (args.model and Path(args.model).is_dir()):
-        raise UserError(f"no model search root exists ({', '.join(map(str, roots))}; HF cache {hub})",
-                        "set EVO_MODELS_DIR (colon-separated) or pass --models-dir DIR", EXIT_ENV)
+        raise UserError("nothing to do", "pass --model NAME, --download ORG/NAME or --list", cli.EXIT_USAGE)
+    downloaded = None
+    if args.download and not _complete_here(args.download, roots):
+        target = download_dir(args.download, roots)
+        print(f"downloading {args.download} into {target} ...", file=sys.stderr, flush=True)
+        downloaded = hub.download(args.download, target)
+    if not any(r.is_dir() for r in roots) and not hf_cache.is_dir() and not (args.model and Path(args.model).is_dir()):
+        name = args.model or "ORG/NAME"
+        raise UserError(f"no model search root exists ({', '.join(map(str, roots))}; HF cache {hf_cache})",
+                        f"set EVO_MODELS_DIR (colon-separated) or pass --models-dir DIR; or {fetch_hint(name, roots)}",
+                        EXIT_ENV)
     listing: dict = {}
     lines: list[str] = []
     if args.list:
@@ -90,31 +126,59 @@ def body(args) -> int:
     path = resolve_model(args.model, roots)
     if path is None:
         names = [name for name, _ in model_files.candidates(roots)]
-        close = difflib.get_close_matches(args.model, names, n=3, cutoff=0.5) or names[:5]
+        near = difflib.get_close_matches(args.model, names, n=3, cutoff=0.5)
+        close = near or names[:5]
+        hint = f"closest: {', '.join(close)}" if close else "list them with --list"
+        if "/" in args.model or not near:
+            hint += f"; or {fetch_hint(args.model, roots)}"
         err = UserError(f"model {args.model!r} not found under {', '.join(map(str, roots))} or the HF cache",
-                        f"closest: {', '.join(close)}" if close else "list them with --list", EXIT_FAIL)
+                        hint, EXIT_FAIL)
         return cli.emit(args.json, data={**listing, "candidates": close}, error=err, table="\n".join(lines))
     info = inspect_model(path)
     data = {**listing, "name": args.model, **info}
+    if downloaded is not None:
+        data["downloaded_to"] = str(downloaded)
+    cfg = files.read_json_file(args.config) if args.config else {}
+    if args.config:
+        data["context"] = model_files.context_check(
+            info.get("max_position_embeddings"), *(config_values.effective(cfg, k) for k in model_files.CONTEXT_KEYS))
     if args.gpus:
-        cfg = files.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))
-    if info["complete"] and args.set_agent:
-        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), args.model))
+    context_ok = data.get("context", {}).get("status") != "fail"
+    if info["complete"] and context_ok and args.set_agent:
+        # The resolved folder, not the name: a bare name resolves only where EVO_MODELS_DIR says so.
+        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), str(path)))
+        data["model_name_written"] = str(path)
     if not args.list:
         lines.append(cli.render_table([row(args.model, info)]))
+    if downloaded is not None:
+        lines.append(f"downloaded {args.model} into {downloaded}")
+    if "context" in data:
+        lines.append(f"context: {data['context']['message']}")
     fit = data.get("memory_fit")
     if fit:
         total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
         lines.append(f"memory fit (estimate): {fit['per_gpu_gb']:.1f} GB per GPU of {total}: {fit['verdict']}")
         lines += [f"try: {s}" for s in fit["suggestions"]]
     if "agent_file" in data:
-        lines.append(f"model_name written to {data['agent_file']}")
-    err = None if info["complete"] else UserError(
-        f"model {path} is incomplete: {'; '.join(info['problems'])}",
-        "download the missing files again, or pick another model (--list)", EXIT_FAIL)
+        lines.append(f"model_name written to {data['agent_file']}: {path} (the folder {args.model} resolves to "
+                     "now, so a new shell finds it without EVO_MODELS_DIR)")
+    err = None
+    if not info["complete"]:
+        err = UserError(f"model {path} is incomplete: {'; '.join(info['problems'])}",
+                        "download the missing files again"
+                        + (f" ({fetch_hint(args.model, roots)})" if "/" in args.model else "")
+                        + ", or pick another model (--list)", EXIT_FAIL)
+    elif not context_ok:
+        err = UserError(f"{args.config}: {data['context']['message']}", data["context"]["hint"], EXIT_FAIL)
     return cli.emit(args.json, data=data, error=err, table="\n".join(lines))
+
+
+def _complete_here(name: str, roots: list[Path]) -> bool:
+    """--download skips the Hub when the model already resolves to a complete folder."""
+    path = resolve_model(name, roots)
+    return path is not None and inspect_model(path)["complete"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import check_model
@@ -11,6 +12,7 @@ import pytest
 from agentic_rl import memory_fit, model_files
 from conftest import ROOT, run_script
 from defect_cases import MODEL_CASES
+from hub_server import HubServer
 from make_tiny_model import make_tiny_model
 
 
@@ -114,7 +116,7 @@ def test_set_agent_keeps_other_keys(models, example_task, capsys):
     before = json.loads((example_task / "agent.json").read_text())
     assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0
     after = json.loads((example_task / "agent.json").read_text())
-    assert after["model_name"] == "tiny" and list(after) == list(before)
+    assert after["model_name"] == str((models / "tiny").resolve()) and list(after) == list(before)
     assert {k: v for k, v in after.items() if k != "model_name"} == {k: v for k, v in before.items() if k != "model_name"}
 
 
@@ -124,7 +126,8 @@ def test_set_agent_jsonl_rewrites_only_first_line(models, example_task):
     (example_task / "agent.jsonl").write_text('{"model_name": "old", "max_tokens": 8}\n{"note": "kept"}\n')
     assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0
     lines = (example_task / "agent.jsonl").read_text().splitlines()
-    assert json.loads(lines[0]) == {"model_name": "tiny", "max_tokens": 8} and lines[1] == '{"note": "kept"}'
+    assert json.loads(lines[0]) == {"model_name": str((models / "tiny").resolve()), "max_tokens": 8}
+    assert lines[1] == '{"note": "kept"}'
 
 
 def test_incomplete_model_is_not_written_to_agent(models, example_task):
@@ -216,7 +219,7 @@ def test_set_agent_on_a_blank_agent_jsonl_writes_the_first_line(models, example_
     (example_task / "agent.jsonl").write_text("\n  \n\t\n")
     assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0, capsys.readouterr().err
     assert [json.loads(line) for line in (example_task / "agent.jsonl").read_text().splitlines()] == [
-        {"model_name": "tiny"}]
+        {"model_name": str((models / "tiny").resolve())}]  # the resolved folder: it resolves in any shell
 
 
 def test_set_agent_refuses_a_broken_agent_jsonl_line(models, example_task, capsys):
@@ -229,3 +232,94 @@ def test_set_agent_refuses_a_broken_agent_jsonl_line(models, example_task, capsy
         err = capsys.readouterr().err
         assert message in err and "Hint: " in err and "internal error" not in err
         assert (example_task / "agent.jsonl").read_text() == text
+def test_set_agent_writes_what_a_new_shell_resolves(models, example_task, tmp_path):
+    make_tiny_model(models / "tiny")
+    proc = run_script("check_model.py", "--model", "tiny", "--set-agent", str(example_task), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads((example_task / "agent.json").read_text())["model_name"]
+    assert written == str((models / "tiny").resolve()) and written in proc.stdout and "EVO_MODELS_DIR" in proc.stdout
+    # A later shell: no EVO_MODELS_DIR, another cwd. What was written still resolves, for the launch too.
+    env = {k: v for k, v in os.environ.items() if k != "EVO_MODELS_DIR"}
+    later = run_script("check_model.py", "--model", written, "--json", cwd=ROOT, env=env)
+    assert later.returncode == 0, later.stderr
+    assert model_files.resolve_model(written, roots=[]) == (models / "tiny").resolve()
+
+
+@pytest.mark.parametrize("positions, cfg, status, text", [
+    (512, {}, "ok", "prompt 256 + response 256 = 512 tokens of max_position_embeddings 512"),
+    (384, {}, "fail", "data.max_prompt_length 256 + data.max_response_length 256 = 512 is above the model's "
+                      "max_position_embeddings 384"),
+    (512, {"actor_rollout_ref": {"rollout": {"max_model_len": 1024}}}, "fail",
+     "actor_rollout_ref.rollout.max_model_len 1024 is above the model's max_position_embeddings 512"),
+    (4096, {"actor_rollout_ref": {"rollout": {"max_model_len": 400}}}, "fail", "above the model's "
+                                                                               "rollout.max_model_len 400"),
+])
+def test_config_lengths_against_the_models_context(models, example_task, tmp_path, capsys, positions, cfg, status, text):
+    make_tiny_model(models / "tiny", max_position_embeddings=positions)
+    config = json.loads((example_task / "config.json").read_text())
+    for key, value in cfg.items():
+        config[key] = {**config.get(key, {}), **{k: {**config.get(key, {}).get(k, {}), **v} for k, v in value.items()}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    before = (example_task / "agent.json").read_text()
+    code, out = run_json(capsys, "--model", "tiny", "--config", str(path), "--set-agent", str(example_task))
+    assert out["data"]["context"]["status"] == status and text in out["data"]["context"]["message"], out["data"]
+    assert code == (0 if status == "ok" else 1)
+    if status == "fail":
+        assert text in out["error"]["message"] and "max_" in out["error"]["hint"]
+        assert (example_task / "agent.json").read_text() == before, "a model that cannot hold the lengths is not written"
+
+
+def test_not_found_hint_gives_the_download_commands(models, capsys):
+    make_tiny_model(models / "other")
+    code, out = run_json(capsys, "--model", "Org/Missing-7B")
+    assert code == 1
+    hint = out["error"]["hint"]
+    assert f"hf download Org/Missing-7B --local-dir {models / 'Missing-7B'}" in hint
+    assert "python scripts/check_model.py --download Org/Missing-7B" in hint
+    assert check_model.main(["--model", "x", "--models-dir", str(models / "nowhere")]) == 3
+    assert "hf download x --local-dir" in capsys.readouterr().err
+
+
+@pytest.fixture
+def hub_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return tmp_path
+
+
+def test_download_fetches_from_the_hub_checks_and_sets_agent(models, example_task, hub_env):
+    built = make_tiny_model(hub_env / "hub" / "Tiny", shards=2)
+    with HubServer({"Org/Tiny": hub_env / "hub" / "Tiny"}) as hub:
+        proc = run_script("check_model.py", "--download", "Org/Tiny", "--set-agent", str(example_task), "--json",
+                          env={"HF_ENDPOINT": hub.url}, cwd=hub_env)
+        calls = list(hub.requests)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    target = (models / "Tiny").resolve()
+    assert data["downloaded_to"] == str(target) and data["complete"] and data["shards"] == 2
+    assert data["num_parameters"] == built["num_parameters"]
+    assert json.loads((example_task / "agent.json").read_text())["model_name"] == str(target)
+    assert ("GET", "/api/models/Org/Tiny/revision/main") in calls
+    assert {p.rsplit("/", 1)[1] for m, p in calls if m == "GET" and "/resolve/" in p} == set(
+        f.name for f in (hub_env / "hub" / "Tiny").iterdir())
+    # Already here and complete: no second download, not one request.
+    with HubServer({"Org/Tiny": hub_env / "hub" / "Tiny"}) as hub:
+        again = run_script("check_model.py", "--download", "Org/Tiny", "--json", env={"HF_ENDPOINT": hub.url})
+        assert again.returncode == 0 and hub.requests == [], again.stderr
+
+
+def test_download_of_an_unknown_model_or_an_unreachable_hub(models, hub_env, capsys):
+    models.mkdir()
+    with HubServer({}) as hub:
+        proc = run_script("check_model.py", "--download", "Org/Nope", env={"HF_ENDPOINT": hub.url})
+    assert proc.returncode == 1 and "Error: the Hub has no model 'Org/Nope'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    proc = run_script("check_model.py", "--download", "Org/Tiny", "--json", env={"HF_ENDPOINT": dead,
+                                                                                "HF_HUB_ETAG_TIMEOUT": "2"})
+    env = json.loads(proc.stdout)
+    assert proc.returncode == 3 and not env["ok"] and "downloading 'Org/Tiny' failed" in env["error"]["message"]
+    assert "hf download Org/Tiny --local-dir" in env["error"]["hint"]

@@ -93,6 +93,16 @@ def test_unknown_keys(cfg, where, status, text):
     assert found[0].details["keys"] == [where]
 
 
+def test_a_key_with_a_trailing_space_is_shown_with_repr():
+    found = [c for c in config_checks.check_config({"data": {"train_batch_size ": 8}}) if c.name == "unknown-key"]
+    assert len(found) == 1 and found[0].status == "fail", found
+    assert "unknown key 'data.train_batch_size ': did you mean 'data.train_batch_size'?" in found[0].message
+    assert "differ only in white space" in found[0].message
+    assert found[0].hint.startswith("rename 'data.train_batch_size ' to 'data.train_batch_size'")
+    section = [c for c in config_checks.check_config({"data ": {"train_batch_size": 8}}) if c.name == "unknown-key"]
+    assert "unknown key 'data ': did you mean 'data'?" in section[0].message
+
+
 def test_free_form_sections_are_not_second_guessed():
     cfg = with_(EXAMPLE_CFG, ray_kwargs__ray_init={"address": "auto", "runtime_env": {"env_vars": {"A": "1"}}},
                 agentlightning__local={"env_map": {"TASK": "input"}, "agent_class": "m:C"},

@@ -123,6 +123,20 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
         assert status.returncode == 0, status.stderr
 
 
+def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
+    out = tmp_path / "out"
+    runs.append(out)
+    started = launch(example_task, out, "--rehearse", "--sample", "300")
+    assert started.returncode == 0, started.stderr
+    # 300 asked, 256 train rows there, rollout.n 4 in config.json: 32 + 1024 rollouts.
+    line = next(x for x in started.stdout.splitlines() if x.startswith("rehearsal: "))
+    assert line.startswith("rehearsal: 32 validation + 256 x 4 train = 1056 rollouts, ") and "about " in line
+    st = wait_for(out, lambda s: "rollouts, " in log_text(out) and "[main] rehearsal: 32 validation" in log_text(out))
+    assert line in log_text(out), "the launcher and the job's log say the same"
+    os.kill(st["pid"], signal.SIGTERM)  # no need to grind through them
+    assert wait_done(out)["status"] == "stopped"
+
+
 JUDGE_WITH_BAD_ROWS = '''
 def compute_reward(response, ground_truth, metadata):
     if ground_truth == BOOM:
@@ -218,6 +232,27 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
     assert st["status"] == "failed" and st["failed_component"] == "config" and st["exit_code"] == 1
     assert "nothing to resume" in st["reason"] and "save_freq was -1" in st["reason"]
     assert not (out / "rehearsal.json").exists() and not (out / run_dir.PID_FILE).exists()
+
+
+def test_the_launch_preflight_checks_the_lengths_against_the_models_context(example_task, tmp_path, runs):
+    from make_tiny_model import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "models" / "short", max_position_embeddings=384)["dest"]
+    agent_cfg = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "model_name": model}))
+    out = tmp_path / "out"
+    runs.append(out)
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-context-{os.getpid()}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    st = run_dir.read_status(out)
+    assert st["status"] == "failed" and st["failed_component"] == "config", st
+    assert "256 + data.max_response_length 256 = 512 is above the model's max_position_embeddings 384" in st["reason"]
+    assert not (out / "rehearsal.json").exists()
+    # The same folder with room for the lengths passes this check (the `--` override lowers them).
+    ok = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                    "--run-id", f"test-context2-{os.getpid()}", "--", "data.max_response_length=128")
+    assert ok.returncode == 0, ok.stdout[-3000:]
 
 
 def make_checkpoint(out: Path, step: int) -> None:
@@ -387,7 +422,34 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
         final = wait_done(out, 60)
     finally:
         server.shutdown()
-    assert final["status"] == "failed" and final["failed_component"] == "agent", final
+    assert final["status"] == "failed" and final["failed_component"] == "model endpoint", final
+    assert "model call failed: HTTP Error 400" in final["reason"]
     rep = json.loads((out / "rehearsal.json").read_text())
     assert rep["failed"] == 2 and all(r["reward"] == 0.0 for r in rep["rows"])
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
+
+
+def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, runs):
+    with socket.socket() as sock:  # a port nobody listens on: the gateway answers 502 after its retries
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse", "--model-endpoint", dead)
+    wait_for(out, lambda s: (s.get("rollout_failures") or {}).get("failed"), 120)
+    live = run_script("check_status.py", "--output-dir", str(out), "--json")
+    data = json.loads(live.stdout)["data"]
+    if data["status"] == "running":  # the usual case: the limit is 8 failures in a row, this was the first
+        assert live.returncode == 0
+    flag = next(f for f in data["flags"] if f["flag"] == "rollouts_failed")
+    assert "rollouts failed so far" in flag["message"] and "HTTP Error 502" in flag["message"], flag
+    assert "--model-endpoint" in flag["hint"]
+    assert data["rollout_failures"]["first"]["model_endpoint"] is True
+    final = wait_done(out, 180)
+    assert final["status"] == "failed" and final["failed_component"] == "model endpoint", final
+    limit = rehearsal.CONSECUTIVE_FAILURES_MAX
+    assert f"stopped after {limit} rollouts failed in a row" in final["reason"] and "HTTP Error 502" in final["reason"]
+    assert final["rollout_failures"]["failed"] == limit < 32, "it did not grind through every rollout"
+    text = run_script("check_status.py", "--output-dir", str(out))
+    assert text.returncode == 1 and "model endpoint" in text.stdout + text.stderr
+    assert_run_gone(final)

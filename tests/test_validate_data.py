@@ -199,6 +199,41 @@ def test_usage_errors(example_task, capsys, monkeypatch):
     assert "Error: no input folder given" in err and "Traceback" not in err
 
 
+def test_a_model_path_in_config_json_warns_that_agent_json_wins(example_task, capsys):
+    cfg = json.loads((example_task / "config.json").read_text())
+    cfg["actor_rollout_ref"]["model"]["path"] = "Qwen/Qwen2.5-1.5B-Instruct"
+    (example_task / "config.json").write_text(json.dumps(cfg))
+    code, env, _ = run_json(capsys, str(example_task))
+    warn = [c for c in env["checks"] if c["where"] == "actor_rollout_ref.model.path"]
+    assert code == 0 and len(warn) == 1 and warn[0]["status"] == "warn", env["checks"]
+    assert ("actor_rollout_ref.model.path 'Qwen/Qwen2.5-1.5B-Instruct' is not used: agent.json model_name "
+            "'Qwen/Qwen2.5-0.5B-Instruct' wins") in warn[0]["message"]
+    assert warn[0]["details"]["used"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert any(c.where == "actor_rollout_ref.model.path" for c in task_checks.quick_checks(example_task))
+    cfg["actor_rollout_ref"]["model"]["path"] = "Qwen/Qwen2.5-0.5B-Instruct"  # the same: nothing to say
+    (example_task / "config.json").write_text(json.dumps(cfg))
+    _, env, _ = run_json(capsys, str(example_task))
+    assert not [c for c in env["checks"] if c["where"] == "actor_rollout_ref.model.path"]
+
+
+def test_a_template_field_typo_is_one_finding_per_file_with_the_closest_name(example_task, capsys):
+    (example_task / "task.goal").write_text("Solve: {qustion}\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    typo = [c for c in fails(env) if c["details"].get("field") == "qustion"]
+    assert code == 1 and [c["where"] for c in typo] == ["train.jsonl:1", "test.jsonl:1"]
+    assert [c["details"]["rows"] for c in typo] == [256, 32]
+    assert all(c["details"]["suggestion"] == "question" and "did you mean {question}?" in c["hint"] for c in typo)
+    assert validate_data.main([str(example_task)]) == 1
+    err = capsys.readouterr().err
+    assert sum(line.startswith("Error:") and "qustion" in line for line in err.splitlines()) == 2, err
+    assert err.count("Hint:") == len([c for c in fails(env)])
+    # Not near any field: the rows' fields are named instead of a wrong guess.
+    (example_task / "task.goal").write_text("Solve: {problem}\n")
+    _, env, _ = run_json(capsys, str(example_task))
+    first = next(c for c in fails(env) if c["details"].get("field") == "problem")
+    assert first["details"]["suggestion"] is None and "the rows have question" in first["hint"]
+
+
 # --------------------------------------------------------------------------- the judge probe
 
 

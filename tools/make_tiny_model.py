@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Build a tiny but real model folder (config, tokenizer, safetensors) for tests and `make demo`.
 
-Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer]
+Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer] [--max-position-embeddings N]
+
+It is a real Qwen2 folder with random weights: enough for every check of check_model.py and for
+the rehearsal (which reads no weights), useless for training.
 
     $ python tools/make_tiny_model.py build/demo/models/tiny-qwen2
     {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 74240, "shards": 1}
@@ -35,14 +38,14 @@ def tensors() -> dict:
     return {name: rng.standard_normal(shape).astype(np.float16) for name, shape in out.items()}
 
 
-def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True) -> dict:
+def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_position_embeddings: int = 512) -> dict:
     from safetensors.numpy import save_file
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": HIDDEN,
               "intermediate_size": INTER, "num_hidden_layers": LAYERS, "num_attention_heads": 4,
-              "num_key_value_heads": 4, "vocab_size": len(VOCAB), "max_position_embeddings": 512,
+              "num_key_value_heads": 4, "vocab_size": len(VOCAB), "max_position_embeddings": max_position_embeddings,
               "torch_dtype": "float16", "tie_word_embeddings": False}
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     weights = tensors()
@@ -77,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--no-tokenizer", action="store_true")
+    parser.add_argument("--max-position-embeddings", type=int, default=512, metavar="N",
+                        help="the context length config.json declares (default 512)")
     args = parser.parse_args(argv)
-    out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer)
+    out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer, args.max_position_embeddings)
     print(json.dumps({k: out[k] for k in ("dest", "num_parameters", "shards")}))
     return 0
 

@@ -230,19 +230,21 @@ def _type_check(path: str, value: Any, ref: Any, source: str) -> list[Check]:
 def _unknown(key: str, path: str, siblings: list[str], source: str) -> Check:
     parent = path.rsplit(".", 1)[0] if "." in path else ""
     prefix = f"{parent}." if parent else ""
+    # Keys are shown with repr: a trailing space or a look-alike character must be visible.
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=NEAR_MISS_CUTOFF)
     why = "Agent Lightning merges config.json with strict mode off, so VERL would silently ignore it"
     if close:
-        return Check("unknown-key", "fail", f"unknown key {path}: did you mean '{prefix}{close[0]}'? ({why})",
-                     f"rename {path} to {prefix}{close[0]} in {source}", path,
+        blank = " (they differ only in white space)" if key.strip() == close[0] else ""
+        return Check("unknown-key", "fail", f"unknown key {path!r}: did you mean {prefix + close[0]!r}?{blank} ({why})",
+                     f"rename {path!r} to {prefix + close[0]!r} in {source}", path,
                      {"keys": [path], "suggestion": prefix + close[0], "verl": "never", "source": source})
-    elsewhere = sorted(_key_index().get(key, []), key=len)[:2]
+    elsewhere = sorted(_key_index().get(key.strip(), []), key=len)[:2]
     if elsewhere:
-        shown = " or ".join(f"'{p}'" for p in elsewhere)
-        return Check("unknown-key", "fail", f"unknown key {path}: did you mean {shown}? ({why})",
-                     f"move it to {elsewhere[0]} in {source}", path,
+        shown = " or ".join(repr(p) for p in elsewhere)
+        return Check("unknown-key", "fail", f"unknown key {path!r}: did you mean {shown}? ({why})",
+                     f"move it to {elsewhere[0]!r} in {source}", path,
                      {"keys": [path], "suggestion": elsewhere[0], "verl": "never", "source": source})
-    return Check("unknown-key", "warn", f"unknown key {path}: not a VERL 0.8.0 / Agent Lightning key ({why})",
+    return Check("unknown-key", "warn", f"unknown key {path!r}: not a VERL 0.8.0 / Agent Lightning key ({why})",
                  f"check the spelling; known keys under {parent or 'the top level'}: "
                  f"{', '.join(sorted(siblings)[:12])}", path,
                  {"keys": [path], "verl": "never", "source": source})

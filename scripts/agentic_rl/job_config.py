@@ -141,6 +141,25 @@ def resolve_model(name: str, rehearse: bool) -> str:
 
 
 
+def check_context(model: str, cfg: Any) -> None:
+    """The composed lengths against the model's max_position_embeddings (when its folder is here):
+    vLLM refuses a longer max_model_len only once the GPUs are up; a longer prompt + response leaves
+    long prompts no room. Failure("config") before anything starts."""
+    from agentic_rl import model_files
+
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return  # a rehearsal of a name not found here: nothing to read
+    try:
+        limit = model_files.max_position_embeddings(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        cli.print_warning(f"{path}: unreadable ({exc}); the context length is not checked")
+        return
+    result = model_files.context_check(limit, *(_get(cfg, k) for k in model_files.CONTEXT_KEYS))
+    if result["status"] == "fail":
+        raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
+
+
 def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
     """(resume_mode to force or None to keep the user's, step resumed from)."""
     step = run_dir.latest_checkpoint(output_dir)
@@ -181,6 +200,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     attempt, metrics_file = run_dir.next_metrics_file(out)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
+    check_context(model, cfg)
     if run.gpus:
         _set(cfg, "trainer.n_gpus_per_node", len(run.gpus))
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))

@@ -282,7 +282,31 @@ def launch(args, overrides: list[str]) -> int:
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_FAIL)
     print_started(run_id, proc.pid, mode, gpus, output_dir)
+    if args.rehearse:
+        print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
     return EXIT_OK
+
+
+def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> dict:
+    """rehearsal.cost for this start: rows counted (non-blank lines), rollout.n and the agent pool as
+    the job will set them."""
+    from agentic_rl import rehearsal
+    from agentic_rl.edge import agl
+
+    def rows(name: str) -> int:
+        try:
+            with open(input_dir / name, "rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except OSError:
+            return 0
+
+    try:
+        n = max(1, int(setting(cfg, overrides, "actor_rollout_ref.rollout.n") or 1))
+    except (TypeError, ValueError):
+        n = 1
+    test, sample = rows("test.jsonl"), min(int(args.sample or 0), rows("train.jsonl"))
+    agents = agl.controller_tuning(max(1, test + sample * n), os.cpu_count() or 1, rehearse=True)["maximum_size"]
+    return rehearsal.cost(test, sample, n, agents, args.model_endpoint)
 
 
 def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:

@@ -15,6 +15,7 @@ import os
 import stat
 import struct
 from pathlib import Path
+from typing import Any
 
 from agentic_rl import cli, files, task
 
@@ -27,6 +28,7 @@ DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32,
               "U32": 32, "U16": 16, "U8": 8, "BOOL": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F6_E2M3": 6,
               "F6_E3M2": 6, "F4": 4, "C64": 64}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+LOCAL_DIR_CACHE = ".cache"
 
 
 def hf_hub_dir() -> Path:
@@ -168,8 +170,10 @@ def _inspect(path: Path, info: dict, problems: list[str]) -> None:
             info["architecture"] = archs[0]
         dtype = config.get("torch_dtype") or config.get("dtype")
         info["dtype"] = dtype if isinstance(dtype, str) else None
-        info["max_position_embeddings"] = config.get("max_position_embeddings")
-    present = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
+        info["max_position_embeddings"] = max_position_embeddings(config)
+    # .cache/huggingface/ is `hf download --local-dir`'s bookkeeping (empty .lock files among it), not the model.
+    present = [p for p in path.rglob("*") if (p.is_file() or p.is_symlink())
+               and p.relative_to(path).parts[0] != LOCAL_DIR_CACHE]
     for p in present:
         if not p.exists():
             problems.append(f"{p.relative_to(path)} is a broken link")
@@ -217,6 +221,48 @@ def _file_problem(path: Path, name: object, named_in: str | None = None, what: s
                 else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
         return f"{who} is {kind}, not a regular file"
     return None
+
+
+def max_position_embeddings(config: dict) -> int | None:
+    """The model's context length as VERL reads it: config.json's, else its text_config's."""
+    value = config.get("max_position_embeddings")
+    if value is None and isinstance(config.get("text_config"), dict):
+        value = config["text_config"].get("max_position_embeddings")
+    return value if type(value) is int else None
+
+
+CONTEXT_KEYS = ("data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.max_model_len")
+
+
+def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: Any = None) -> dict:
+    """The run's lengths against the model's max_position_embeddings (limit).
+
+    rollout.max_model_len above it: vLLM refuses to start (VERL's vLLM server checks it), a fail.
+    max_prompt_length + max_response_length above what vLLM will hold (max_model_len, else the
+    limit): a long prompt leaves no room for its response, and VERL trains on sequences the model
+    has never seen positions for; a fail too, since the fix is one config line.
+    Returns {"status" ok|fail|unknown, "message", "hint", "keys", the numbers}."""
+    out = {"max_position_embeddings": limit, "max_prompt_length": prompt, "max_response_length": response,
+           "max_model_len": max_model_len, "keys": list(CONTEXT_KEYS)}
+    if not limit or type(prompt) is not int or type(response) is not int:
+        return {**out, "status": "unknown", "message": "context length not checked: max_position_embeddings "
+                f"{limit}, prompt {prompt!r}, response {response!r}", "hint": ""}
+    if type(max_model_len) is int and max_model_len > limit:
+        return {**out, "status": "fail",
+                "message": f"actor_rollout_ref.rollout.max_model_len {max_model_len} is above the model's "
+                           f"max_position_embeddings {limit}: vLLM refuses to start",
+                "hint": f"set actor_rollout_ref.rollout.max_model_len <= {limit} (or remove it: it defaults to {limit})"}
+    held = max_model_len if type(max_model_len) is int else limit
+    total = prompt + response
+    name = "rollout.max_model_len" if type(max_model_len) is int else "max_position_embeddings"
+    if total > held:
+        return {**out, "status": "fail",
+                "message": f"data.max_prompt_length {prompt} + data.max_response_length {response} = {total} is "
+                           f"above the model's {name} {held}",
+                "hint": f"lower data.max_prompt_length and/or data.max_response_length to sum to <= {held}, or "
+                        "pick a model with a longer context"}
+    return {**out, "status": "ok", "message": f"prompt {prompt} + response {response} = {total} tokens of "
+                                              f"{name} {held}", "hint": ""}
 
 
 def weight_files(path: Path, problems: list[str]) -> list[Path]:

@@ -7,7 +7,10 @@ Or, with --model-endpoint, a real OpenAI-compatible server. Rollouts are created
 through the trainer's own client, AglRolloutManager, so the rehearsal crosses the same data
 path as training: test rows as validation rollouts (1 each), then --sample N train rows with
 `rollout.n` rollouts each. Each rollout's sample (samples.py) is written from the events the
-manager fetched: validation at step 0, train at step 1, as in the metrics lines.
+manager fetched: validation at step 0, train at step 1, as in the metrics lines. As each rollout
+ends, FailureWatch (a RolloutHooks of the manager) records the failures in training.status, which
+check_status shows while the run is live, and ends the rehearsal after CONSECUTIVE_FAILURES_MAX
+failures in a row; cost() says at start what the rehearsal will take.
 
 Test-only control: ARL_REHEARSAL_ORACLE_ANSWERS names a JSON file {row id: answer text}; the
 oracle gives that text for that row's prompt instead of its ground truth (a text longer than
@@ -124,6 +127,77 @@ def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = Non
     return answers
 
 
+# A rehearsal ends `failed` after this many rollouts failed in a row (a dead --model-endpoint fails
+# every rollout, each after the gateway's ~15 s of retries: no need to wait for all of them).
+CONSECUTIVE_FAILURES_MAX = 8
+MODEL_CALL_FAILED = "model call failed"  # the bundled agent's reward reason when the model call fails
+
+
+class TooManyFailures(BaseException):
+    """Raised from the rollout manager's hook: a BaseException, so the manager's `except Exception`
+    around hooks lets it end the wait."""
+
+    def __init__(self, record: dict):
+        super().__init__(record["message"])
+        self.record = record
+
+
+def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
+    """(reason, the model endpoint's fault?) of a failed rollout from its gateway events: the agent's
+    reward reason, else a model call's error status, else the controller's error_message."""
+    for event in reversed(events or []):
+        data = event.get("data") or {}
+        if event.get("event_type") == "reward" and isinstance(data.get("reason"), str):
+            return data["reason"], data["reason"].startswith(MODEL_CALL_FAILED)
+    for event in reversed(events or []):
+        data = event.get("data") or {}
+        status = data.get("http_status")
+        if event.get("event_type") == "model_request" and isinstance(status, int) and status >= 400:
+            return f"model call failed: HTTP {status} from the model endpoint", True
+    return error_message or "the rollout failed without a reason", False
+
+
+class FailureWatch:
+    """Counts the rollouts as the manager sees them end, records the failures in training.status
+    (rollout_failures: what check_status shows while the run is live) and raises TooManyFailures
+    after `limit` failures in a row."""
+
+    def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX):
+        self.client, self.output_dir, self.limit = client, output_dir, limit
+        self.record: dict = {"failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit, "first": None}
+
+    def __call__(self, rollout: Any, state: str) -> None:
+        rec = self.record
+        if state != "failed":
+            rec["succeeded"] += 1
+            if rec["in_a_row"]:
+                rec["in_a_row"] = 0
+                run_dir.update_status(self.output_dir, rollout_failures=rec)
+            return
+        rec["failed"] += 1
+        rec["in_a_row"] += 1
+        if rec["first"] is None:
+            rec["first"] = self._first(rollout)
+        first = rec["first"]
+        rec["message"] = (f"{rec['failed']} of {rec['failed'] + rec['succeeded']} rollouts failed so far "
+                          f"({rec['in_a_row']} in a row); first: row {first['row_id']}: {first['reason']}")[:500]
+        run_dir.update_status(self.output_dir, rollout_failures=rec)
+        if rec["in_a_row"] >= self.limit:
+            raise TooManyFailures(rec)
+
+    def _first(self, rollout: Any) -> dict:
+        rid = rollout.rollout_id
+        try:
+            events = self.client.request("GET", f"/api/rollouts/{rid}/events?include_routed_experts=false")
+        except (OSError, ValueError) as exc:
+            events = [{"event_type": "reward", "data": {"reason": f"(its events could not be read: {exc})"}}]
+        reason, endpoint = failure_reason(events or [], rollout.status.error_message)
+        from agentic_rl import samples
+
+        return {"rollout_id": rid, "row_id": samples.row_id_of(rollout.input), "reason": reason[:400],
+                "model_endpoint": endpoint, "time": run_dir.now_iso()}
+
+
 def oracle_overrides() -> dict:
     """The test-only answers file named by ARL_REHEARSAL_ORACLE_ANSWERS, {} when unset."""
     path = os.environ.get(ORACLE_ANSWERS_ENV)
@@ -238,6 +312,38 @@ def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
     with open(metrics_file, "a", encoding="utf-8") as fh:
         for line in metrics_lines(rep):
             fh.write(json.dumps(line) + "\n")
+
+
+# Agent-seconds one rollout costs with the oracle: the agent process's start (~1.2 CPU-s, see
+# edge/agl.controller_tuning) and the controller's polls. Measured: the example's 32 validation
+# rollouts take ~11 s on 4 agents over 2 cores.
+ROLLOUT_AGENT_S = 1.5
+SERVICES_START_S = 5.0  # gateway and controller up
+
+
+def cost(test_rows: int, sample_rows: int, n: int, agents: int, endpoint: str | None = None) -> dict:
+    """What a rehearsal will do and roughly how long it takes: test rows once each, then the
+    --sample train rows rollout.n times each, `agents` at a time.
+
+        >>> cost(32, 300, 4, 4)["text"]
+        'rehearsal: 32 validation + 300 x 4 train = 1232 rollouts, 4 at a time: about 8 min with the oracle'
+    """
+    rollouts = test_rows + sample_rows * n
+    seconds = SERVICES_START_S + rollouts * ROLLOUT_AGENT_S / max(1, agents)
+    train = f" + {sample_rows} x {n} train" if sample_rows else ""
+    text = (f"rehearsal: {test_rows} validation{train} = {rollouts} rollouts, {agents} at a time: about "
+            f"{_rough(seconds)}")
+    text += f", plus the model's time for {rollouts} calls to {endpoint}" if endpoint else " with the oracle"
+    return {"rollouts": rollouts, "validation": test_rows, "train": sample_rows * n, "agents": agents,
+            "estimate_s": round(seconds), "text": text}
+
+
+def _rough(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(10, round(seconds / 10) * 10)} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def oracle_delay() -> float:

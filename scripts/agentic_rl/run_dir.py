@@ -71,7 +71,8 @@ STATUS_FIELDS = {
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
     "exit_code": "the job's exit code",
-    "failed_component": "preflight | config | gateway | controller | agent | rehearsal | trainer",
+    "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer",
+    "rollout_failures": "rehearsal: failed/succeeded rollouts so far, failures in a row, the first failure's reason",
     "reason": "one line: why the run failed or stopped",
     "leftovers": "pids of the run still alive after the job's clean-up",
 }

@@ -105,10 +105,26 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
         "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
-        "flags": with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir),
+        "flags": with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir)
+        + rollout_failure_flags(st.get("rollout_failures")),
+        "rollout_failures": st.get("rollout_failures"),
         "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
     }
+
+
+def rollout_failure_flags(record: dict | None) -> list[dict]:
+    """A flag while rollouts fail (the job records them in training.status as they end), with the first
+    failure's reason: a dead --model-endpoint shows here, not only in logs/controller.log."""
+    if not record or not record.get("failed"):
+        return []
+    first = record.get("first") or {}
+    hint = ("the model endpoint fails: check that the server behind --model-endpoint is up and serves this "
+            "model (curl URL/models)" if first.get("model_endpoint") else
+            "read the failed rollouts' lines in O/logs/controller.log and fix the agent")
+    return [{"flag": "rollouts_failed", "step": None, "value": record["failed"],
+             "message": record.get("message") or f"{record['failed']} rollouts failed", "hint": hint,
+             "examples": [first["rollout_id"]] if first.get("rollout_id") else []}]
 
 
 def with_sample_flags(flags: list[dict], output_dir: Path) -> list[dict]:

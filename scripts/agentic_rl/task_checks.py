@@ -166,6 +166,7 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
     ids = _IdIndex()
     buckets = ids.buckets  # appended to inline: the loop below runs once per row
     samples: list[tuple[int, dict]] = []
+    absent: dict[str, dict] = {}  # template field -> rows without it, first line, that row's keys
 
     def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
         nonlocal total
@@ -187,9 +188,9 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
                     if missing == "ground_truth":
                         add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge "
                             "scores the response against it", missing)
-                    else:
-                        add(lineno, f"field {missing} is missing (task.goal uses {{{missing}}})",
-                            f"add {missing} to the row, or change task.goal", missing)
+                    else:  # one finding per field, after the loop: a template typo misses it in every row
+                        seen = absent.setdefault(missing, {"rows": 0, "line": lineno, "keys": list(row)})
+                        seen["rows"] += 1
                 break
         if "metadata" in row and type(metadata := row["metadata"]) is not dict:
             ok = False
@@ -208,13 +209,35 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
         if ok and len(samples) < sample:
             samples.append((lineno, row))
 
+    for missing, seen in absent.items():
+        total += 1
+        shown.append(_missing_field(name, missing, seen, rows, fields or []))
     candidates = ids.candidates()
-    if candidates:
-        dups = list(_duplicates(path, candidates))
+    if candidates or absent:
+        dups = list(_duplicates(path, candidates)) if candidates else []
         total += len(dups)
         merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
         shown = merged[:MAX_SHOWN]
     return {"rows": rows, "defects": total, "shown": shown, "sample": samples}
+
+
+def _missing_field(name: str, field: str, seen: dict, rows: int, fields: list[str]) -> Check:
+    """One finding for a template field some rows lack: how many, the first line, and the closest field
+    name the rows do have (a did-you-mean only when it is near; else the rows' fields)."""
+    import difflib
+
+    others = [k for k in seen["keys"] if k not in fields and k not in ("ground_truth", "id", "metadata")]
+    near = difflib.get_close_matches(field, others, n=1, cutoff=0.6)
+    where = "every row" if seen["rows"] == rows else f"{seen['rows']} of {rows} rows"
+    if near:
+        hint = f"did you mean {{{near[0]}}}? write {{{near[0]}}} in task.goal, or add {field} to the rows"
+    else:
+        hint = (f"the rows have {', '.join(others) or 'no other fields'}: use one of them in task.goal, or add "
+                f"{field} to the rows")
+    check = _defect(name, seen["line"], f"field {field} is missing in {where} (first at line {seen['line']}; "
+                    f"task.goal uses {{{field}}})", hint, field)
+    check.details.update(rows=seen["rows"], suggestion=near[0] if near else None, row_fields=others)
+    return check
 
 
 def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
@@ -317,6 +340,31 @@ def agent_checks(input_dir: Path) -> list[Check]:
     return out
 
 
+MODEL_PATH_KEY = "actor_rollout_ref.model.path"
+
+
+def model_path_check(input_dir: Path, cfg: dict | None) -> list[Check]:
+    """config.json's actor_rollout_ref.model.path (Agent Lightning's examples set it) never reaches VERL:
+    the launcher writes agent.json's model_name there. A warning with both values when they differ."""
+    model = (cfg or {}).get("actor_rollout_ref", {}) if isinstance(cfg, dict) else {}
+    model = model.get("model") if isinstance(model, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if path is None:
+        return []
+    try:
+        name = task.load_agent_config(input_dir)["model_name"]
+    except UserError:
+        return []  # agent.json's own check says why
+    agent = task.agent_config_path(input_dir)
+    if str(path) == name:
+        return []
+    return [Check("config.json", "warn", f"{MODEL_PATH_KEY} {str(path)!r} is not used: {agent.name} model_name "
+                  f"{name!r} wins (the launcher writes model_name into {MODEL_PATH_KEY})",
+                  f"remove {MODEL_PATH_KEY} from config.json, and pick the model in {agent.name} "
+                  "(check_model.py --model NAME --set-agent INPUT_DIR)", MODEL_PATH_KEY,
+                  {"keys": [MODEL_PATH_KEY], "config": path, "model_name": name, "used": name})]
+
+
 def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
     """(template text, its fields, checks); fields is None when the template cannot be used."""
     path = input_dir / "task.goal"
@@ -386,7 +434,7 @@ def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
     checks = file_checks(input_dir) + agent_checks(input_dir)
     checks += read_template(input_dir)[2]
     cfg, cfg_checks = read_config(input_dir)
-    return checks + cfg_checks + config_checks_for(cfg, gpus)
+    return checks + cfg_checks + config_checks_for(cfg, gpus) + model_path_check(input_dir, cfg)
 
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
@@ -417,5 +465,5 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
-    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows"))
+    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows")) + model_path_check(input_dir, cfg)
     return checks, data

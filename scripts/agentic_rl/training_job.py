@@ -199,6 +199,9 @@ class Run:
 
         checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
         failed = [c for c in checks if c.status == "fail"]
+        for c in checks:
+            if c.status == "warn" and c.where == task_checks.MODEL_PATH_KEY:
+                cli.print_warning(c.message)
         for c in failed:
             cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
         if failed:
@@ -234,12 +237,18 @@ class Run:
             answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides())
             self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
-        manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg)
+        log(rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
+                           plan.tuning["maximum_size"], self.args.model_endpoint)["text"])
+        watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir)
+        manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:
             out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_row, writer)
         except OSError as exc:
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
+        except rehearsal.TooManyFailures as stop:
+            raise Failure(self.failure_component(stop.record), f"stopped after {stop.record['in_a_row']} rollouts "
+                          f"failed in a row: {stop.record['message']}"[:400]) from None
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
                  "wall_s": round(time.monotonic() - started, 3)}
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
@@ -248,8 +257,12 @@ class Run:
             f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         if rep["failed"]:
             first = next(r for r in rep["rows"] if r["state"] != "succeeded")
-            raise Failure("agent", f"{rep['failed']} of {rep['rollouts']} rollouts failed; first: row "
-                                   f"{first['row_id']}: {first['error'] or first['reason']}"[:400])
+            raise Failure(self.failure_component(watch.record), f"{rep['failed']} of {rep['rollouts']} rollouts "
+                          f"failed; first: row {first['row_id']}: {first['reason'] or first['error']}"[:400])
+
+    def failure_component(self, record: dict) -> str:
+        """'model endpoint' when the first failed rollout's model call failed, else 'agent'."""
+        return "model endpoint" if (record.get("first") or {}).get("model_endpoint") else "agent"
 
     @staticmethod
     def import_trainer():

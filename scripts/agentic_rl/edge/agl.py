@@ -208,15 +208,28 @@ class Client:
         return self.request("POST", "/api/models", [{"model": model, "endpoint": endpoint, "version": 0}])
 
 
-def rollout_manager(base_url: str, key: str, model: str, cfg: Any, step: int = 0) -> Any:
-    """The trainer's own rollout client (AglRolloutManager), built as its trainer builds it."""
+def rollout_manager(base_url: str, key: str, model: str, cfg: Any, step: int = 0, on_terminal: Any = None) -> Any:
+    """The trainer's own rollout client (AglRolloutManager), built as its trainer builds it.
+
+    on_terminal(rollout, state): called as the manager sees each rollout end ("succeeded" or
+    "failed"), through Agent Lightning's RolloutHooks. The manager catches an Exception from a
+    hook; a BaseException raised there ends its wait."""
+    from agentlightning.hooks import RolloutHooks
     from agentlightning.verl.agl_rollout_manager import AglRolloutManager
+
+    class Hooks(RolloutHooks):
+        def on_succeeded(self, rollout: Any, events: Any, store: Any) -> None:
+            on_terminal(rollout, "succeeded")
+
+        def on_failed(self, rollout: Any, store: Any) -> None:
+            on_terminal(rollout, "failed")
 
     al = cfg.agentlightning
     return AglRolloutManager(agl_base_url=base_url, agl_key=key, model=model, step=step,
                              train_rollout_n=int(cfg.actor_rollout_ref.rollout.n),
                              rollout_timeout_seconds=float(al.rollout_timeout_seconds),
-                             local_agent_class=al.local.agent_class, local_env_map=dict(al.local.env_map))
+                             local_agent_class=al.local.agent_class, local_env_map=dict(al.local.env_map),
+                             hooks=Hooks() if on_terminal else None)
 
 
 def trainer_entrypoint() -> Any:

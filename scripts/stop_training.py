@@ -7,7 +7,8 @@ Nothing is signalled until training.status's pid is proved to be this run's main
 same start time, and EVO_RUN_ID=<run_id> in its environment. A stale pid file (the process is
 gone, or the pid now belongs to another program) is refused, exit 1, and nothing is signalled.
 
-- default: SIGTERM to the run's process group; main.py shuts down in order (controller and its
+- default: SIGTERM to main.py (not its process group, where Ray's processes live); main.py shuts
+  down in order (controller and its
   agents, the Ray cluster it started, gateway, then every process carrying the run id). Waits up
   to --timeout seconds (clean-up of Ray/vLLM takes time, hence the generous default).
 - --force: SIGKILL every process carrying EVO_RUN_ID=<run_id>, children first. This also cleans
@@ -17,7 +18,7 @@ Then it checks that no process carries the run id and that no GPU process of the
 (NVML, where present), reports leftovers by pid, and sets status `stopped` with `end_time`.
 
     $ python scripts/stop_training.py --output-dir /tmp/out
-    run run-20250101-120000-ab12cd: SIGTERM sent to process group 4242 (main.py pid 4242)
+    run run-20250101-120000-ab12cd: SIGTERM sent to main.py pid 4242
     main.py exited after 1.8 s
     nothing carrying EVO_RUN_ID=run-20250101-120000-ab12cd is left; GPU check: n/a (no NVML)
     status: stopped

@@ -2,8 +2,10 @@
 """Gates 1-2: check a task folder (data, template, judge, agent.json, config.json) before any GPU starts.
 
 Usage: validate_data.py [INPUT_DIR] [--json] [--sample N] [--judge-timeout S] [--gpus N] [--debug]
+                        [-- HYDRA.OVERRIDES ...]
 
-INPUT_DIR defaults to $EVO_INPUT_DIR. Nothing in the folder is modified. Example:
+INPUT_DIR defaults to $EVO_INPUT_DIR. Overrides after `--` (those you will give start_training.sh)
+are applied to config.json before its checks. Nothing in the folder is modified. Example:
 
     $ python scripts/validate_data.py assets/example
     status    check        where        message
@@ -45,7 +47,8 @@ def build_parser() -> cli.ArgumentParser:
         prog="validate_data.py",
         description="Check a task folder (train/test.jsonl, task.goal, judge.py, agent.json, config.json) "
                     "before training. Nothing in the folder is modified.",
-        epilog="example:\n  python scripts/validate_data.py assets/example --json\n\n"
+        epilog="example:\n  python scripts/validate_data.py assets/example --json\n"
+               "  python scripts/validate_data.py assets/example -- trainer.total_epochs=1\n\n"
                "The task-folder contract, with every file worked out: examples.md",
     )
     parser.add_argument("input_dir", nargs="?", metavar="INPUT_DIR", help="the task folder (default: $EVO_INPUT_DIR)")
@@ -60,6 +63,9 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = build_parser()
 
     def body(args) -> int:
@@ -69,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise UserError(message, "run `validate_data.py --help` for usage", cli.EXIT_USAGE)
         input_dir = task.resolve_input_dir(args.input_dir)
-        checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug)
+        checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
+                                            overrides)
         return cli.emit_checks(checks, args.json, data)
 
     return cli.run_cli(body, parser, argv)

@@ -328,9 +328,11 @@ def test_oracle_answers_like_vllm():
 
 def test_rows_of_different_shapes_travel_as_one_string_field():
     rows = [{"q": "a", "ground_truth": 3}, {"q": "b", "ground_truth": "x", "metadata": {"k": [1]}}]
-    wrapped = [job_config.wrap_row(r) for r in rows]
-    assert [set(w) for w in wrapped] == [{"arl_row"}, {"arl_row"}]
+    wrapped = job_config.wrap_rows(rows)
+    assert [set(w) for w in wrapped] == [{"arl_row", "extra_info"}] * 2
     assert [json.loads(w["arl_row"]) for w in wrapped] == rows
+    # LoadedDataset takes the rollout index from extra_info.index (0 for every row without it).
+    assert [w["extra_info"] for w in wrapped] == [{"index": 0}, {"index": 1}]
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -151,3 +151,23 @@ def test_address_without_port_is_a_usage_error(capsys):
     assert info.value.code == 2
     assert check_gpu.main(["--ray-address", "head-node-without-port", "--required", "1"]) == 2
     assert "is not HOST:PORT" in capsys.readouterr().err
+
+
+def test_placement_check_against_the_joined_cluster(ray_env):
+    """The run's pre-run_ppo check reads the same cluster (4 GPUs, 13 CPUs on one node): 4 GPUs a node fit
+    (12 CPUs for the bundles + 1 for the TaskRunner), 5 GPUs or a second node never can."""
+    from agentic_rl import placement
+
+    def cfg(per_node, nnodes=1):
+        values = {"trainer.n_gpus_per_node": per_node, "trainer.nnodes": nnodes}
+        return lambda key, default=None: values.get(key, default)
+
+    ok = placement.check(cfg(4), ray_env["address"])
+    assert ok["need"]["cpus_total"] == 13 and ok["nodes"][0]["gpus_available"] == 4
+    # VERL packs each node's group onto one node (STRICT_PACK): two groups of 2 GPUs fit here, three do not
+    assert placement.check(cfg(2, 2), ray_env["address"])["need"]["cpus_total"] == 13
+    for per_node, nnodes in ((5, 1), (2, 3)):
+        with pytest.raises(placement.UserError) as err:
+            placement.check(cfg(per_node, nnodes), ray_env["address"])
+        assert err.value.code == 1 and f"the Ray cluster at {ray_env['address']}" in err.value.message
+        assert f"{nnodes} node(s) with {per_node} GPU(s)" in err.value.message and "add nodes" in err.value.hint

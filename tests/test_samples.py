@@ -338,7 +338,9 @@ def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cli.SCRIPTS_DIR), tests]), "PYTHONSAFEPATH": "1",
            "ARL_FAKE_TRAINER_TASK": str(example_task)}
     proc = subprocess.run([sys.executable, "-c", "import fake_trainer; fake_trainer.main()", "--input-dir",
-                           str(example_task), "--output-dir", str(out), "--run-id", f"test-train-{os.getpid()}"],
+                           str(example_task), "--output-dir", str(out), "--run-id", f"test-train-{os.getpid()}",
+                           # the placement check before run_ppo: tell it of a GPU (the fake starts no Ray)
+                           "--", "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4"],
                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     state = samples.read_state(out)

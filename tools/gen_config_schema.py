@@ -2,7 +2,8 @@
 """Regenerate scripts/agentic_rl/schemas/config.schema.json (JSON Schema 2020-12 for config.json).
 
 Types and ranges of the common keys are written out here by hand (from VERL 0.8.0's dataclasses
-and Agent Lightning 1.0.2's config.yaml); every known section must be an object. Enums and
+and Agent Lightning 1.0.2's config.yaml); every known section must be an object. A key listed here
+is known to config_checks even where the composed defaults lack it (VERL reads a few with .get()). Enums and
 cross-field rules live in scripts/verl_rules.py, where each message names the VERL rule.
 
     .venv/bin/python tools/gen_config_schema.py
@@ -14,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "scripts" / "schemas" / "config.schema.json"
+OUT = Path(__file__).resolve().parent.parent / "scripts" / "agentic_rl" / "schemas" / "config.schema.json"
 
 
 def t(kind, desc=None, **kw):
@@ -56,6 +57,9 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "data": section({"train_batch_size": POS("prompts per step, a positive integer"),
+                         # Not in ppo_trainer.yaml: VERL reads it with data.get("gen_batch_size", train_batch_size).
+                         "gen_batch_size": POS_OR_NULL("prompts the train dataloader yields per step, a positive "
+                                                       "integer (default: data.train_batch_size)"),
                          "max_prompt_length": POS("tokens, a positive integer"),
                          "max_response_length": POS("tokens, a positive integer"),
                          "val_batch_size": POS_OR_NULL(), "shuffle": BOOL(), "seed": t(["integer", "null"]),

@@ -20,7 +20,7 @@ sys.path.insert(0, str(BUNDLE / "scripts"))
 
 from agentic_rl.edge import verl_config  # noqa: E402
 
-OUT = BUNDLE / "scripts" / "schemas" / "verl_defaults.json"
+OUT = BUNDLE / "scripts" / "agentic_rl" / "schemas" / "verl_defaults.json"
 
 
 def main() -> int:

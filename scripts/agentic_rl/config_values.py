@@ -137,6 +137,34 @@ def resolved(cfg: dict, dotted: str) -> Any:
     return values[path]
 
 
+def dataloader_batch(cfg: dict) -> tuple[str, int | None]:
+    """(key, rows per step) of VERL's train dataloader: data.gen_batch_size when given, else data.train_batch_size.
+
+    >>> dataloader_batch({"data": {"train_batch_size": 8, "gen_batch_size": 12}})
+    ('data.gen_batch_size', 12)
+    """
+    for key in ("data.gen_batch_size", "data.train_batch_size"):
+        value = effective(cfg, key)
+        if type(value) is int:
+            return key, value
+    return "data.train_batch_size", None
+
+
+def training_steps(train_rows: int, batch: int, total_epochs: int, total_training_steps: int | None) -> dict:
+    """Steps as VERL 0.8.0 counts them (ray_trainer._create_dataloader): the dataloader drops the last
+    partial batch, so floor(rows / batch) per epoch, times total_epochs unless total_training_steps is set.
+
+    >>> training_steps(100, 16, 2, None)
+    {'steps_per_epoch': 6, 'total_training_steps': 12}
+    """
+    per_epoch = train_rows // batch if batch > 0 else 0
+    total = total_training_steps if total_training_steps is not None else per_epoch * total_epochs
+    return {"steps_per_epoch": per_epoch, "total_training_steps": total}
+
+
+# --------------------------------------------------------------------------- schema and keys
+
+
 def _merged(base: Any, over: Any) -> Any:
     """config.json over the defaults, as OmegaConf.merge does it for plain trees (dicts merge, the rest replaces)."""
     if not (isinstance(base, dict) and isinstance(over, dict)):

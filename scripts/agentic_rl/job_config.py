@@ -11,16 +11,22 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
                                       VERL_FILE_LOGGER_PATH = O/metrics/attempt-NNNN.jsonl,
                                       a new file per start (VERL truncates its file on open);
                                       O/metrics.jsonl links to the newest
-    ray_kwargs.ray_init.runtime_env.env_vars   VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
+    ray_kwargs.ray_init.runtime_env.env_vars   VERL's defaults (get_ppo_ray_runtime_env: run_ppo merges
+                                      runtime envs shallowly, so a user env_vars would drop them), then
+                                      the user's, then VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
     agentlightning.local.agent_class  agent.json agent_class, else agentic_rl.agent:TemplateJudgeAgent
     agentlightning.local.env_map      ARL_ROW <- input.arl_row: each row travels as ONE JSON string,
-                                      so rows of any shape make one Arrow schema in datasets
+                                      so rows of any shape make one Arrow schema in datasets; its
+                                      extra_info.index is its line position (LoadedDataset's rollout index)
     agentlightning.agl_base_url/key   this run's gateway (the key is redacted in resolved_config.yaml)
     trainer.resume_mode               auto with --resume (refused without a checkpoint); disable for a
                                       fresh start, which is refused on a folder that has checkpoints
 
-    >>> wrap_row({"question": "1+2", "ground_truth": 3})
-    {'arl_row': '{"question": "1+2", "ground_truth": 3}'}
+Then, in train mode, VERL's own validate_config where verl is importable. total_training_steps in the status
+is VERL's count: floor(train rows / (data.gen_batch_size or data.train_batch_size)) x total_epochs.
+
+    >>> wrap_row({"question": "1+2", "ground_truth": 3}, 7)
+    {'arl_row': '{"question": "1+2", "ground_truth": 3}', 'extra_info': {'index': 7}}
 """
 
 from __future__ import annotations
@@ -49,8 +55,13 @@ class Failure(Exception):
 
 
 
-def wrap_row(row: dict) -> dict:
-    return {ROW_FIELD: json.dumps(row, ensure_ascii=False)}
+def wrap_row(row: dict, index: int) -> dict:
+    """A row as the trainer gets it: one JSON string, and its position where LoadedDataset reads the index."""
+    return {ROW_FIELD: json.dumps(row, ensure_ascii=False), "extra_info": {"index": index}}
+
+
+def wrap_rows(rows: list[dict]) -> list[dict]:
+    return [wrap_row(row, i) for i, row in enumerate(rows)]
 
 
 def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -102,7 +113,7 @@ class Plan:
     tuning: dict
     agent_env: dict
     metrics_file: Path
-    joins_ray: bool
+    joins_ray: str | None  # the address of the Ray cluster the run joins; None: run_ppo starts its own
     resumed_from: int | None
     info: dict
     status: dict = field(default_factory=dict)
@@ -210,8 +221,10 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         else ["console"]
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
-    for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV):
-        _set(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", os.environ[name])
+    env_vars = {} if rehearse else verl_config.ppo_runtime_env_vars()
+    env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
+    env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
+    _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
     _set(cfg, "agentlightning.local.agent_class", agent.get("agent_class") or BUNDLED_AGENT)
     _set(cfg, "agentlightning.local.env_map", {**(_get(cfg, "agentlightning.local.env_map") or {}),
                                                ROW_ENV: f"input.{ROW_FIELD}"})
@@ -219,12 +232,16 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
         _set(cfg, "trainer.resume_mode", mode)
+    from agentic_rl import config_values
+
     n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
-    steps = _get(cfg, "trainer.total_training_steps")
-    if steps is None and not rehearse:
-        steps = len(train_rows) // batch * int(_get(cfg, "trainer.total_epochs", 1) or 1)
-    rollouts = (len(test_rows) + len(train_rows[: args.sample]) * n) if rehearse else batch * n
+    # VERL's dataloader yields data.gen_batch_size rows per step when given (drop_last), else train_batch_size.
+    loader_batch = int(_get(cfg, "data.gen_batch_size") or batch)
+    plan_steps = config_values.training_steps(len(train_rows), loader_batch, int(_get(cfg, "trainer.total_epochs", 1) or 1),
+                                              _get(cfg, "trainer.total_training_steps"))
+    steps = _get(cfg, "trainer.total_training_steps") if rehearse else plan_steps["total_training_steps"]
+    rollouts = (len(test_rows) + len(train_rows[: args.sample]) * n) if rehearse else loader_batch * n
     from agentic_rl.edge import agl
 
     tuning = agl.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse)
@@ -234,15 +251,15 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
                  "ARL_MODEL_TIMEOUT_S": str(max(5.0, timeout - 15.0)),
                  "PYTHONPATH": os.pathsep.join(p for p in (scripts, str(run.input_dir), os.environ.get("PYTHONPATH"))
                                                if p)}
+    joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)
         if errors:
             raise Failure("config", f"VERL's validate_config: {errors[0]}"[:400])
     save_resolved(out, cfg, info)
-    joins = bool(os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address"))
-    return Plan(cfg, model, tuning, agent_env, metrics_file, joins, resumed_from, info,
+    return Plan(cfg, model, tuning, agent_env, metrics_file, joins or None, resumed_from, info,
                 {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
-                 "total_training_steps": steps, "steps_per_epoch": len(train_rows) // batch,
+                 "total_training_steps": steps, "steps_per_epoch": plan_steps["steps_per_epoch"],
                  "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
 
 

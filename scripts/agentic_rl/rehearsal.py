@@ -257,7 +257,10 @@ def write_samples(writer: Any, completed: list, rows: list[dict], split: str, st
 def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_rows: list[dict],
           wrap: Any, writer: Any = None) -> dict:
     """Register the model, run the validation rollouts, then the sampled train rollouts; time each.
-    With a samples.Writer, each rollout's sample is written as its split ends."""
+    With a samples.Writer, each rollout's sample is written as its split ends.
+
+    wrap(rows) gives the rows as the trainer gets them; each rollout's input then carries the keys the
+    trainer's gen batch has (arl_row, extra_info, and index as LoadedDataset sets it)."""
     timings: dict[str, float] = {}
     manager.delete_model()
     manager.register_model([endpoint])
@@ -266,8 +269,10 @@ def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_
         if not rows:
             continue
         started = time.monotonic()
-        completed = manager.enqueue_and_wait_until_completed({"arl_row": [wrap(r)["arl_row"] for r in rows],
-                                                              "index": list(range(len(rows)))}, is_train=is_train)
+        wrapped = wrap(rows)
+        batch = {key: [w[key] for w in wrapped] for key in wrapped[0]}
+        batch["index"] = [w["extra_info"]["index"] for w in wrapped]
+        completed = manager.enqueue_and_wait_until_completed(batch, is_train=is_train)
         timings[f"{split}_s"] = round(time.monotonic() - started, 3)
         results += summarize(completed, rows, split)
         if writer is not None:

@@ -71,18 +71,16 @@ def describe(pids: list[int]) -> list[dict]:
 
 
 def terminate(state: dict, timeout: float, report: dict) -> bool:
-    """SIGTERM to the proved main.py's process group, then wait for main.py to finish its clean-up.
-    Returns whether main.py exited."""
-    pid, pgid = int(state["pid"]), state.get("pgid")
-    actual = procs.group_of(pid)
-    if actual is None:
+    """SIGTERM to the proved main.py alone, then wait for main.py to finish its clean-up.
+    Returns whether main.py exited.
+
+    Not to its process group: the Ray that run_ppo starts (GCS, raylet, workers) lives in that group,
+    and a raylet killed under the driver makes Ray end main.py before it stops the gateway and the
+    controller, which were then left behind. main.py stops everything of the run itself, in order."""
+    pid = int(state["pid"])
+    if not procs.signal_pid(pid, signal.SIGTERM):
         return True
-    if pgid and int(pgid) == actual:
-        procs.signal_group(actual, signal.SIGTERM)
-        report["actions"].append(f"SIGTERM sent to process group {actual} (main.py pid {pid})")
-    else:  # the recorded group is not main.py's: signal only the proved pid
-        procs.signal_pid(pid, signal.SIGTERM)
-        report["actions"].append(f"SIGTERM sent to main.py pid {pid} (recorded pgid {pgid} is not its group)")
+    report["actions"].append(f"SIGTERM sent to main.py pid {pid}")
     started = time.monotonic()
     if wait_gone(pid, timeout):
         report["actions"].append(f"main.py exited after {time.monotonic() - started:.1f} s")

@@ -255,7 +255,7 @@ def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
 
 
 def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int | None,
-                sample: int) -> tuple[list[Check], dict]:
+                sample: int, batch_key: str = "data.train_batch_size") -> tuple[list[Check], dict]:
     """train.jsonl and test.jsonl: per-file defects, a summary line, and the train rows vs. batch size."""
     checks: list[Check] = []
     info: dict = {}
@@ -284,9 +284,9 @@ def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int
         if name == "train.jsonl" and train_batch_size and 0 < rows < train_batch_size:
             checks.append(Check(
                 name, "fail",
-                f"{rows} rows, fewer than data.train_batch_size={train_batch_size}: VERL drops the last partial "
+                f"{rows} rows, fewer than {batch_key}={train_batch_size}: VERL drops the last partial "
                 "batch (drop_last) and has nothing to train on",
-                f"add rows, or set data.train_batch_size <= {rows} in config.json", name,
+                f"add rows, or set {batch_key} <= {rows} in config.json", name,
                 {"file": name, "rows": rows, "train_batch_size": train_batch_size}))
     return checks, info
 
@@ -397,56 +397,73 @@ def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[C
     return text, fields, checks
 
 
-def read_config(input_dir: Path) -> tuple[dict | None, list[Check]]:
+def read_config(input_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict | None, list[Check]]:
+    """config.json, with the `--` Hydra overrides applied when given: the config the run will use."""
     path = input_dir / "config.json"
-    if not path.is_file():
-        return None, []
+    cfg: dict | None = None
+    if path.is_file():
+        try:
+            cfg = files.read_json_file(path)
+        except UserError as exc:
+            return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
+                                "config.json")]
+        if not isinstance(cfg, dict):
+            return None, [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
+                                TASK_FILES["config.json"], "config.json")]
+    if not overrides:
+        return cfg, []
+    from agentic_rl.edge import verl_config
+
     try:
-        cfg = files.read_json_file(path)
-    except UserError as exc:
-        return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
-                            "config.json")]
-    if not isinstance(cfg, dict):
-        return None, [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
-                            TASK_FILES["config.json"], "config.json")]
-    return cfg, []
+        return verl_config.merge_overrides(cfg or {}, list(overrides)), []
+    except Exception as exc:  # Hydra's override grammar: one line, never a traceback
+        return None, [Check("overrides", "fail", f"cannot apply the -- overrides: {' '.join(str(exc).split())}"[:300],
+                            "write each as key=value, +new.key=value or ~drop.key (Hydra override syntax)",
+                            "overrides")]
 
 
-def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None) -> list[Check]:
+def config_source(overrides: list[str] | tuple[str, ...] = ()) -> str:
+    return "config.json + -- overrides" if overrides else "config.json"
+
+
+def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None,
+                      source: str = "config.json") -> list[Check]:
     if cfg is None:
         return []
     from agentic_rl import config_checks  # the schema, did-you-mean and VERL cross-field rules
 
-    return config_checks.check_config(cfg, source="config.json", gpus=gpus, train_rows=train_rows)
+    return config_checks.check_config(cfg, source=source, gpus=gpus, train_rows=train_rows)
 
 
-def train_batch_size(cfg: dict) -> int | None:
-    """data.train_batch_size as VERL will use it (the user's value, else the default)."""
+def train_batch_size(cfg: dict) -> tuple[str, int | None]:
+    """(key, rows per step) of VERL's train dataloader: data.gen_batch_size, else data.train_batch_size."""
     from agentic_rl import config_values
 
-    value = config_values.effective(cfg, "data.train_batch_size")
-    return value if type(value) is int else None
+    return config_values.dataloader_batch(cfg)
 
 
-def quick_checks(input_dir: Path, gpus: int | None = None) -> list[Check]:
-    """The fast preflight main.py re-runs: files present, agent.json, template parse, config.json."""
+def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Check]:
+    """The fast preflight the training job re-runs: files present, agent.json, template parse, and
+    config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
     input_dir = Path(input_dir)
     checks = file_checks(input_dir) + agent_checks(input_dir)
     checks += read_template(input_dir)[2]
-    cfg, cfg_checks = read_config(input_dir)
-    return checks + cfg_checks + config_checks_for(cfg, gpus) + model_path_check(input_dir, cfg)
+    cfg, cfg_checks = read_config(input_dir, overrides)
+    return (checks + cfg_checks + config_checks_for(cfg, gpus, source=config_source(overrides))
+            + model_path_check(input_dir, cfg))
 
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
-             debug: bool = False) -> tuple[list[Check], dict]:
-    """Every check of the task folder, in the order of the table, and the data of --json."""
+             debug: bool = False, overrides: list[str] | tuple[str, ...] = ()) -> tuple[list[Check], dict]:
+    """Every check of the task folder, in the order of the table, and the data of --json. The config
+    checked is config.json with the `--` overrides applied, as start_training.sh would run it."""
     from agentic_rl import judge_probe
 
     checks = file_checks(input_dir) + agent_checks(input_dir)
     template, fields, template_checks = read_template(input_dir)
-    cfg, cfg_checks = read_config(input_dir)
-    batch = train_batch_size(cfg) if cfg is not None else None
-    rows_checks, info = data_checks(input_dir, fields, batch, sample)
+    cfg, cfg_checks = read_config(input_dir, overrides)
+    batch_key, batch = train_batch_size(cfg) if cfg is not None else ("data.train_batch_size", None)
+    rows_checks, info = data_checks(input_dir, fields, batch, sample, batch_key)
     train = info.get("train.jsonl", {})
     data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),
                   "test_rows": info.get("test.jsonl", {}).get("rows"), "template_fields": fields,
@@ -465,5 +482,6 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
-    checks += cfg_checks + config_checks_for(cfg, gpus, train.get("rows")) + model_path_check(input_dir, cfg)
+    checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
+               + model_path_check(input_dir, cfg))
     return checks, data

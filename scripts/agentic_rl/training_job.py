@@ -13,6 +13,10 @@ foreground by hand too (it then takes O/training.lock and writes training.status
     [main] rehearsal: 32 rollouts, mean reward 1.0, 0 failed -> O/rehearsal.json
     [main] completed
 
+Preflight checks config.json merged with the `--` overrides; in train mode, once the trainer
+imports, it checks that VERL's placement groups can ever be placed (placement.py), since VERL
+would wait for them for ever. run_ppo runs in a helper thread (in_helper_thread says why).
+
 Rollout samples go to O/samples (samples.py): the rehearsal writes them from the events it
 fetched; in training a thread here follows the gateway's finished rollouts beside run_ppo.
 
@@ -197,7 +201,7 @@ class Run:
     def prepare_and_run(self) -> None:
         from agentic_rl import task_checks
 
-        checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None)
+        checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None, self.overrides)
         failed = [c for c in checks if c.status == "fail"]
         for c in checks:
             if c.status == "warn" and c.where == task_checks.MODEL_PATH_KEY:
@@ -215,6 +219,8 @@ class Run:
             f"model {plan.model}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
+        if self.mode == "train":
+            self.check_placement(cfg, plan)
         self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
         job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
@@ -243,7 +249,7 @@ class Run:
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:
-            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_row, writer)
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_rows, writer)
         except OSError as exc:
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         except rehearsal.TooManyFailures as stop:
@@ -265,6 +271,14 @@ class Run:
         return "model endpoint" if (record.get("first") or {}).get("model_endpoint") else "agent"
 
     @staticmethod
+    def check_placement(cfg, plan) -> None:
+        """VERL waits for ever on a placement group that cannot be placed: refuse it here, exit 1 with a hint."""
+        from agentic_rl import placement
+        from agentic_rl.edge import verl_config
+
+        placement.check(lambda key, default=None: verl_config.get_value(cfg, key, default), plan.joins_ray)
+
+    @staticmethod
     def import_trainer():
         try:
             return agl.trainer_entrypoint()
@@ -275,10 +289,9 @@ class Run:
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
         self.status(ray_started_by_run=self.ray_started)
-        wrap = job_config.wrap_row
         collector = self.sample_collector(cfg, plan)
         try:
-            run_ppo(cfg, [wrap(r) for r in train_rows], [wrap(r) for r in test_rows])
+            in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
         except Exception as exc:
             raise Failure("trainer", job_config.classify_failure(
                 f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
@@ -291,7 +304,7 @@ class Run:
     def sample_collector(self, cfg, plan) -> samples.Collector:
         """Training's samples: a thread here follows the gateway's finished rollouts (samples.Collector),
         outside the agents and the trainer, so neither waits for it."""
-        per_step = int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+        per_step = int(cfg.data.get("gen_batch_size") or cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
         writer = samples.Writer(self.output_dir, self.run_id, per_step)
         step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
         return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
@@ -311,6 +324,35 @@ class Run:
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
         return left
+
+
+def in_helper_thread(fn, *args) -> None:
+    """fn(*args) in a helper thread while the main thread waits, and its exception raised here.
+
+    run_ppo calls ray.init, which from the main thread replaces our SIGTERM handler with its own
+    sys.exit; a stop that then lands inside ray.get makes ray.shutdown abort the process (Ray 2.60),
+    so the gateway and the run's other processes were left behind. From another thread ray.init leaves
+    the handlers alone: SIGTERM/SIGINT/SIGUSR1 reach _on_signal here and shutdown runs in order.
+    The thread never ends (it is a daemon, gone with the process): Ray starts its GCS and raylet with
+    PR_SET_PDEATHSIG, which the kernel fires when the *thread* that started them exits, and a raylet
+    killed under the driver makes Ray exit the whole job before its clean-up."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the main thread
+            failure.append(exc)
+        finally:
+            done.set()
+        threading.Event().wait()  # keep Ray's children alive until the main thread has shut Ray down
+
+    threading.Thread(target=target, name="trainer", daemon=True).start()
+    while not done.wait(0.5):
+        pass
+    if failure:
+        raise failure[0]
 
 
 def build_parser() -> cli.ArgumentParser:

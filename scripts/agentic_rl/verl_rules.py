@@ -145,10 +145,13 @@ def _batch_rules(r: _Rules, gpus: int | None, train_rows: int | None) -> None:
                f"{ARR}.rollout.tensor_model_parallel_size {tp}{default} does not divide {shown}",
                f"set {ARR}.rollout.tensor_model_parallel_size to a divisor of {n_gpus}"
                + (" (1 for one GPU)" if n_gpus == 1 else ""), "later")
-    if train_rows is not None and tbs and train_rows < tbs:
-        r.fail("train-rows", ["data.train_batch_size"], f"train.jsonl has {train_rows} rows, fewer than "
-               f"data.train_batch_size {tbs}: VERL drops the partial batch and has nothing to train on",
-               f"add rows or set data.train_batch_size <= {train_rows}", "later")
+    # The train dataloader's batch is data.gen_batch_size when set (VERL reads it with .get()), else train_batch_size.
+    gen = _int(r.e("data.gen_batch_size"))
+    batch_key, batch = ("data.gen_batch_size", gen) if gen else ("data.train_batch_size", tbs)
+    if train_rows is not None and batch and train_rows < batch:
+        r.fail("train-rows", [batch_key], f"train.jsonl has {train_rows} rows, fewer than "
+               f"{batch_key} {batch}: VERL drops the partial batch and has nothing to train on",
+               f"add rows or set {batch_key} <= {train_rows}", "later")
     if r.e("agentlightning.async_rollout.enabled") is True:
         atbs = _int(r.e("agentlightning.async_rollout.async_train_batch_size"))
         if tbs and (atbs is None or atbs <= tbs):

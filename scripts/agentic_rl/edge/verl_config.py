@@ -1,4 +1,4 @@
-"""The one place that touches Hydra/OmegaConf composition and VERL's own config checks.
+"""The one place that touches Hydra/OmegaConf composition, VERL's own config checks and its Ray runtime env.
 
 Composition mirrors Agent Lightning 1.0.2: its `agentlightning/verl/config.yaml` through Hydra
 (defaults: VERL's `ppo_trainer` + `_self_`), struct mode off, then the user's config.json, then
@@ -274,3 +274,15 @@ def to_yaml(cfg: Any, redact: tuple[str, ...] = ()) -> str:
         return OmegaConf.to_yaml(shown, resolve=True)
     except Exception:  # an interpolation that only resolves inside VERL: keep it as written
         return OmegaConf.to_yaml(shown)
+
+
+def ppo_runtime_env_vars() -> dict[str, str]:
+    """The env_vars VERL gives its Ray workers (TOKENIZERS_PARALLELISM, NCCL_DEBUG, VLLM_LOGGING_LEVEL ...),
+    as verl.trainer.constants_ppo.get_ppo_ray_runtime_env() returns them (it leaves out those already set
+    in this process, which the workers inherit). Agent Lightning's run_ppo merges runtime_env shallowly, so
+    a config that sets runtime_env.env_vars must carry these itself. {} where verl is not importable."""
+    if importlib.util.find_spec("verl") is None:
+        return {}
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    return dict(get_ppo_ray_runtime_env().get("env_vars") or {})

@@ -74,11 +74,15 @@ def hms(seconds) -> str:
 def render(data: dict) -> str:
     shown = f"{data['status']} ({data['detail']})" if data["detail"] else data["status"]
     shown += " (alive)" if data["alive"] else ""
+    if data.get("process_state") and data["process_state"] not in ("running", "sleeping"):
+        shown += f" (process {data['process_state']})"
     rows = [{"item": "status", "value": f"{shown}   run {data['run_id']}, mode {data['mode']}, pid {data['pid']}, "
                                         f"up {hms(data['runtime_s'])}"}]
     if data["status"] == "failed" and data.get("reason"):
         rows.append({"item": "reason", "value": f"{data.get('failed_component') or ''}: {data['reason']}"})
-    if data["detail"] == "vanished":
+    if data.get("problem"):
+        rows.append({"item": "PROBLEM", "value": data["problem"]})
+    if data["detail"] == "vanished" and not data.get("reason"):  # not cleaned up yet (stop --force records a reason)
         rows.append({"item": "reason", "value": f"the run's process is gone ({data['why']}); clean up with "
                                                 f"stop_training.py --output-dir {data['output_dir']} --force"})
     p = data["progress"]
@@ -231,10 +235,17 @@ def run_failure(data: dict, code: int) -> UserError | None:
     """The error of a run that failed or vanished (exit 1), with its reason; None otherwise."""
     if not code:
         return None
+    if data.get("problem"):  # a damaged or copied training.status: say so, and how the run can still be reached
+        hint = (f"stop it: python scripts/stop_training.py --output-dir {data['output_dir']}" if data.get("alive") else
+                f"read {data['output_dir']}/{run_dir.LOG_FILE}; a new start_training.sh writes a new record")
+        if data.get("detail") == "copy":
+            hint = "check the run in its own folder: check_status.py --output-dir <the folder named above>"
+        return UserError(data["problem"], hint, code)
     reason = data.get("reason") or data.get("why") or "see the log tail"
-    return UserError(f"run {data.get('run_id')} {data.get('status')}: {reason}",
-                     "read the log tail and references/troubleshooting.md; resume from a checkpoint with "
-                     "start_training.sh --resume", code)
+    shown = f"{data.get('status')} ({data['detail']})" if data.get("detail") else data.get("status")
+    return UserError(f"run {data.get('run_id')} {shown}: {reason}",
+                     data.get("hint") or "read the log tail and references/troubleshooting.md; resume from a "
+                     "checkpoint with start_training.sh --resume", code)
 
 
 def main(argv: list[str] | None = None) -> int:

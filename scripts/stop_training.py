@@ -39,7 +39,8 @@ def render(report: dict) -> str:
     if report["ok"] and report["actions"]:
         gpu = "n/a (no NVML)" if report["gpu_leftovers"] is None else "no GPU process left"
         lines.append(f"nothing carrying EVO_RUN_ID={report['run_id']} is left; GPU check: {gpu}")
-        lines.append(f"status: {report['status']}")
+        if report["status"]:
+            lines.append(f"status: {report['status']}" + (f" ({report['detail']})" if report.get("detail") else ""))
     elif report["ok"]:
         lines.append(report["message"])
     if report["leftovers"]:

@@ -5,8 +5,11 @@ Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS]
        check_status.py --samples N [--split train|val] [--worst | --best] [--step S] [--json]
 
 "Alive" is proved, not assumed: the pid in training.status must have the recorded start time
-and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run. A status that says
-running while that process is gone reads as `failed (vanished)`.
+and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run, and the record must
+be this folder's (not a copy: `running (copy)`, exit 1). A status that says running while that
+process is gone reads as `failed (vanished)`. A damaged training.status is named (exit 1); the
+run is still found as the holder of O/training.lock. A job stopped with SIGSTOP shows
+`(process stopped)` and the flag process_stopped (references/run-folder.md).
 
     $ python scripts/check_status.py --output-dir /tmp/out
     status     running (alive)   run run-20261202-231500-ab12cd, mode train, pid 4242, up 0:12:03
@@ -22,7 +25,7 @@ block each with prompt, response, reward and flags, then the health flags only s
     response: Let me think step by step about (3 + 4) ...
 
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
-1 failed or vanished; 2 no run found in O.
+1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
 
 from __future__ import annotations

@@ -71,3 +71,10 @@ def test_a_damaged_record_is_rewritten_whole_by_its_writer(tmp_path):
     assert run_dir.update_status(out, status="stopped") == {"status": "stopped", "run_id": "run-y", "pid": 4242}
     files.atomic_write_json(out / run_dir.STATUS_FILE, {"pid": True})
     assert "field pid True" in run_dir.load_status(out)[1]
+
+
+def test_every_status_field_is_documented():
+    from conftest import ROOT
+
+    text = (ROOT / "references" / "run-folder.md").read_text()
+    assert not [f for f in run_dir.STATUS_FIELDS if f"`{f}`" not in text]

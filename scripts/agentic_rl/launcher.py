@@ -50,8 +50,9 @@ example:
 
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
 1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, or too
-few free GPUs; 3 = environment missing (python, input folder, GPU driver); 4 = a live run (or its
-orphaned processes) holds the output folder."""
+few free GPUs; 3 = environment missing (python, input folder, GPU driver, no space left in the output
+folder); 4 = a live run (or its orphaned processes, or processes of a run whose folder was deleted at
+this path) holds the output folder."""
 
 
 # --------------------------------------------------------------------------- arguments

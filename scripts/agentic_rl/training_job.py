@@ -19,7 +19,10 @@ fetched; in training a thread here follows the gateway's finished rollouts besid
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
 reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
 the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID; training.pid is
-removed. Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
+or replaced, the run stops and writes nothing more there. On a full disk it gives back the
+launch's reserve to record its end, naming the folder and its free space.
+Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
 143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
 """
 

@@ -5,8 +5,11 @@ Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS]
        check_status.py --samples N [--split train|val] [--worst | --best] [--step S] [--json]
 
 "Alive" is proved, not assumed: the pid in training.status must have the recorded start time
-and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run. A status that says
-running while that process is gone reads as `failed (vanished)`.
+and carry EVO_RUN_ID=<run_id>, so a reused pid is never taken for the run, and the record must
+be this folder's (not a copy: `running (copy)`, exit 1). A status that says running while that
+process is gone reads as `failed (vanished)`. A damaged training.status is named (exit 1); the
+run is still found as the holder of O/training.lock. A job stopped with SIGSTOP shows
+`(process stopped)` and the flag process_stopped (references/run-folder.md).
 
     $ python scripts/check_status.py --output-dir /tmp/out
     status     running (alive)   run run-20261202-231500-ab12cd, mode train, pid 4242, up 0:12:03
@@ -22,7 +25,7 @@ block each with prompt, response, reward and flags, then the health flags only s
     response: Let me think step by step about (3 + 4) ...
 
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
-1 failed or vanished; 2 no run found in O.
+1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
 
 from __future__ import annotations
@@ -74,11 +77,15 @@ def hms(seconds) -> str:
 def render(data: dict) -> str:
     shown = f"{data['status']} ({data['detail']})" if data["detail"] else data["status"]
     shown += " (alive)" if data["alive"] else ""
+    if data.get("process_state") and data["process_state"] not in ("running", "sleeping"):
+        shown += f" (process {data['process_state']})"
     rows = [{"item": "status", "value": f"{shown}   run {data['run_id']}, mode {data['mode']}, pid {data['pid']}, "
                                         f"up {hms(data['runtime_s'])}"}]
     if data["status"] == "failed" and data.get("reason"):
         rows.append({"item": "reason", "value": f"{data.get('failed_component') or ''}: {data['reason']}"})
-    if data["detail"] == "vanished":
+    if data.get("problem"):
+        rows.append({"item": "PROBLEM", "value": data["problem"]})
+    if data["detail"] == "vanished" and not data.get("reason"):  # not cleaned up yet (stop --force records a reason)
         rows.append({"item": "reason", "value": f"the run's process is gone ({data['why']}); clean up with "
                                                 f"stop_training.py --output-dir {data['output_dir']} --force"})
     p = data["progress"]
@@ -231,10 +238,17 @@ def run_failure(data: dict, code: int) -> UserError | None:
     """The error of a run that failed or vanished (exit 1), with its reason; None otherwise."""
     if not code:
         return None
+    if data.get("problem"):  # a damaged or copied training.status: say so, and how the run can still be reached
+        hint = (f"stop it: python scripts/stop_training.py --output-dir {data['output_dir']}" if data.get("alive") else
+                f"read {data['output_dir']}/{run_dir.LOG_FILE}; a new start_training.sh writes a new record")
+        if data.get("detail") == "copy":
+            hint = "check the run in its own folder: check_status.py --output-dir <the folder named above>"
+        return UserError(data["problem"], hint, code)
     reason = data.get("reason") or data.get("why") or "see the log tail"
-    return UserError(f"run {data.get('run_id')} {data.get('status')}: {reason}",
-                     "read the log tail and references/troubleshooting.md; resume from a checkpoint with "
-                     "start_training.sh --resume", code)
+    shown = f"{data.get('status')} ({data['detail']})" if data.get("detail") else data.get("status")
+    return UserError(f"run {data.get('run_id')} {shown}: {reason}",
+                     data.get("hint") or "read the log tail and references/troubleshooting.md; resume from a "
+                     "checkpoint with start_training.sh --resume", code)
 
 
 def main(argv: list[str] | None = None) -> int:

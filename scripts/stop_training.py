@@ -4,8 +4,11 @@
 Usage: stop_training.py [--output-dir O] [--timeout 120] [--force] [--json]
 
 Nothing is signalled until training.status's pid is proved to be this run's main.py: same pid,
-same start time, and EVO_RUN_ID=<run_id> in its environment. A stale pid file (the process is
-gone, or the pid now belongs to another program) is refused, exit 1, and nothing is signalled.
+same start time, and EVO_RUN_ID=<run_id> in its environment, in this very folder (the record's
+device/inode is this folder's: a copy of a live run's folder is refused). A stale pid file (the
+process is gone, or the pid now belongs to another program) or a damaged record is refused, exit
+1, and nothing is signalled. When training.status is damaged, the job is still found as the
+process that carries ARL_OUTPUT_DIR=O and holds O/training.lock (references/run-folder.md).
 
 - default: SIGTERM to main.py (not its process group, where Ray's processes live); main.py shuts
   down in order (controller and its
@@ -15,7 +18,9 @@ gone, or the pid now belongs to another program) is refused, exit 1, and nothing
   up after a main.py that vanished (kill -9, OOM killer) and left its services and agents behind.
 
 Then it checks that no process carries the run id and that no GPU process of the run is left
-(NVML, where present), reports leftovers by pid, and sets status `stopped` with `end_time`.
+(NVML, where present), reports leftovers by pid, and sets status `stopped` with `end_time`, or,
+after a main.py that had vanished, `failed` with detail `vanished`. A job stopped with SIGSTOP
+gets SIGCONT after the SIGTERM, so it can act on it.
 
     $ python scripts/stop_training.py --output-dir /tmp/out
     run run-20250101-120000-ab12cd: SIGTERM sent to main.py pid 4242
@@ -40,7 +45,8 @@ def render(report: dict) -> str:
     if report["ok"] and report["actions"]:
         gpu = "n/a (no NVML)" if report["gpu_leftovers"] is None else "no GPU process left"
         lines.append(f"nothing carrying EVO_RUN_ID={report['run_id']} is left; GPU check: {gpu}")
-        lines.append(f"status: {report['status']}")
+        if report["status"]:
+            lines.append(f"status: {report['status']}" + (f" ({report['detail']})" if report.get("detail") else ""))
     elif report["ok"]:
         lines.append(report["message"])
     if report["leftovers"]:

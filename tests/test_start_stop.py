@@ -287,7 +287,8 @@ def test_kill_9_of_main_leaves_orphans_that_force_cleans_by_run_id(example_task,
     hard = stop(out, "--force", "--json")
     assert hard.returncode == 0, hard.stderr
     assert carriers(run_id) == []
-    assert status(out)["status"] == "stopped"
+    final = status(out)  # a crash stays a crash after the clean-up (issue 15.2)
+    assert final["status"] == "failed" and final["detail"] == "vanished" and "SIGKILL" in final["reason"], final
 
 
 # --------------------------------------------------------------------------- 6: concurrent starts

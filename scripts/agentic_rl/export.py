@@ -41,11 +41,11 @@ def step_folders(ckpt_dir: Path) -> list[int]:
 
 
 def run_state(output_dir: Path) -> dict:
-    """Whether a run lives in O: run_dir.assess's proof (pid + start time + run id, or run-id carriers)."""
-
+    """Whether a run lives in O: run_dir.assess's proof (pid + start time + run id), run-id carriers, or
+    processes of a run whose folder this path replaced."""
     state = run_dir.assess(output_dir)
-    return {"live": bool(state["alive"] or state["carriers"]), "status": state["status"], "run_id": state["run_id"],
-            "pid": state["pid"]}
+    return {"live": bool(state["alive"] or state["carriers"] or state["strays"]), "status": state["status"],
+            "run_id": state["run_id"], "pid": state["pid"]}
 
 
 def tracker_step(ckpt_dir: Path) -> int | None:

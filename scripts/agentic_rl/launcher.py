@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -49,8 +50,9 @@ example:
 
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
 1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, or too
-few free GPUs; 3 = environment missing (python, input folder, GPU driver); 4 = a live run (or its
-orphaned processes) holds the output folder."""
+few free GPUs; 3 = environment missing (python, input folder, GPU driver, no space left in the output
+folder); 4 = a live run (or its orphaned processes, or processes of a run whose folder was deleted at
+this path) holds the output folder."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -105,25 +107,43 @@ def take_lock(output_dir: Path) -> int:
 def locked_message(output_dir: Path) -> UserError:
     """The exit-4 answer when flock says another start or run holds O/training.lock."""
     state = run_dir.assess(output_dir)
-    who = (f"pid {state['pid']}, status {state['status']}, run {state['run_id']}" if state["alive"]
-           else "a start_training.sh that is launching a run right now")
+    damaged = f"; {state['damaged']}" if state["damaged"] else ""
+    if state["alive"]:
+        who = f"pid {state['pid']}, status {state['status'] or 'unknown'}, run {state['run_id']}{damaged}"
+    elif state["damaged"]:
+        who = f"no run could be proved from the record: {state['damaged']}"
+    else:
+        who = "a start_training.sh that is launching a run right now"
     return UserError(f"{output_dir} is locked by a live run ({who})",
                      f"watch it: python scripts/check_status.py --output-dir {output_dir}; stop it: "
                      f"python scripts/stop_training.py --output-dir {output_dir}", EXIT_CONFLICT)
 
 
 def refuse_live(output_dir: Path) -> None:
-    """Raise exit 4 while a run lives in O; say so on stderr when the status is stale."""
+    """Raise exit 4 while a run lives in O, or processes of a run of O's path (its folder deleted or
+    replaced under it) still do; say so on stderr when the status is stale, damaged or copied."""
     state = run_dir.assess(output_dir)
     stop = f"python scripts/stop_training.py --output-dir {output_dir}"
     if state["alive"]:
-        raise UserError(f"{output_dir} already has a live run: pid {state['pid']}, status {state['status']}, "
-                        f"run {state['run_id']}", f"watch it with check_status.py, or stop it: {stop}", EXIT_CONFLICT)
+        damaged = f" ({state['damaged']})" if state["damaged"] else ""
+        raise UserError(f"{output_dir} already has a live run: pid {state['pid']}, status "
+                        f"{state['status'] or 'unknown'}, run {state['run_id']}{damaged}",
+                        f"watch it with check_status.py, or stop it: {stop}", EXIT_CONFLICT)
     if state["carriers"]:
         raise UserError(f"run {state['run_id']} in {output_dir} lost its main process ({state['why']}) but "
                         f"processes carrying it are alive: pids {state['carriers']}",
                         f"clean them up first: {stop} --force", EXIT_CONFLICT)
-    if state["found"] and state["status"] not in run_dir.TERMINAL_STATES:
+    if state["strays"]:
+        runs = sorted({rid or "?" for rid in state["strays"].values()})
+        raise UserError(f"processes of run {', '.join(runs)} still work in {output_dir} (they carry "
+                        f"{run_dir.RUN_DIR_ENV}={output_dir}) but are not this folder's recorded run: its folder "
+                        f"was deleted or replaced while it lived; pids {sorted(state['strays'])}",
+                        f"wait for them to end, or kill them: {stop} --force", EXIT_CONFLICT)
+    if state["damaged"]:
+        cli.print_warning(f"{state['damaged']}; no process of a run in {output_dir} is alive: starting a new run")
+    elif state["foreign"] and state["status"] not in run_dir.TERMINAL_STATES:
+        cli.print_warning(f"{state['foreign']}; starting a new run here")
+    elif state["found"] and state["status"] not in run_dir.TERMINAL_STATES:
         cli.print_warning(f"stale {run_dir.STATUS_FILE} (status {state['status']}): {state['why']}; "
                           "starting a new run")
 
@@ -211,9 +231,10 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     return cmd + (["--", *overrides] if overrides else [])
 
 
-def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int) -> dict:
+def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (run_dir.RUN_ID_ENV,)}
-    env.update({run_dir.RUN_ID_ENV: run_id, LOCK_FD_ENV: str(lock_fd), LAUNCH_FD_ENV: str(launch_fd),
+    env.update({run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(output_dir), LOCK_FD_ENV: str(lock_fd),
+                LAUNCH_FD_ENV: str(launch_fd),
                 "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
                 "PYTHONSAFEPATH": "1"})
     if gpus:
@@ -245,6 +266,16 @@ def launch(args, overrides: list[str]) -> int:
     check_args(args)
     input_dir = task.resolve_input_dir(args.input_dir)
     output_dir = run_dir.resolve_output_dir(args.output_dir, input_dir)
+    try:
+        return launch_in(args, overrides, input_dir, output_dir)
+    except OSError as exc:
+        if not run_dir.is_disk_full(exc):
+            raise
+        message, hint = run_dir.disk_full_message(output_dir)
+        raise UserError(f"{message}: {exc.strerror} while starting the run", hint, EXIT_ENV) from None
+
+
+def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> int:
     run_dir.prepare(output_dir)
     lock_fd = take_lock(output_dir)
     refuse_live(output_dir)
@@ -263,7 +294,7 @@ def launch(args, overrides: list[str]) -> int:
     hold_read, hold_write = os.pipe()
     try:
         proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides),
-                         job_env(run_id, gpus, lock_fd, hold_read), log_path, lock_fd, hold_read)
+                         job_env(run_id, gpus, lock_fd, hold_read, output_dir), log_path, lock_fd, hold_read)
     finally:
         os.close(hold_read)
     from agentic_rl.edge import procs
@@ -272,6 +303,12 @@ def launch(args, overrides: list[str]) -> int:
         run_dir.record_launch(output_dir, pid=proc.pid, proc_start_time=procs.process_start_time(proc.pid),
                               run_id=run_id, input_dir=input_dir,
                               config_file=str(source) if args.config_file else None, mode=mode, gpus=gpus)
+    except BaseException:
+        # No record, no run: the job still waits for EOF on the launch pipe, so it has done nothing yet.
+        procs.signal_group(proc.pid, signal.SIGKILL)  # our own child, leader of its own session
+        proc.wait()
+        run_dir.abandon_launch(output_dir, proc.pid, run_id)
+        raise
     finally:
         os.close(hold_write)  # EOF: the job reads the record from here on
         os.close(lock_fd)  # the job holds the lock now

@@ -5,6 +5,11 @@ Everything else asks this module; nothing else spells a file name under O. The s
 one writer API, `update_status`, which merges fields atomically and rejects a field that is not in
 STATUS_FIELDS, so a typo cannot add a key that no reader knows.
 
+A run belongs to one folder, not to a path: the launch records the folder's device and inode
+(`dir_id`), every process of the run carries ARL_OUTPUT_DIR=O, and the job holds O/training.lock
+open. A copy of O, or a new folder made at O's path after O was deleted, is therefore never taken
+for the run, and the job writes nothing into a folder that replaced its own (`claim`).
+
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp())
     >>> update_status(out, status="starting", run_id="run-1")["status"]
@@ -15,9 +20,11 @@ STATUS_FIELDS, so a typo cannot add a key that no reader knows.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +47,11 @@ REHEARSAL_FILE = "rehearsal.json"
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
+RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end
+RESERVE_BYTES = 128 * 1024
 
 RUN_ID_ENV = "EVO_RUN_ID"
+RUN_DIR_ENV = "ARL_OUTPUT_DIR"  # every process of a run carries its folder too (the agents append judge errors there)
 TERMINAL_STATES = ("completed", "failed", "stopped")
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -56,6 +66,7 @@ STATUS_FIELDS = {
     "end_time": "ISO time the job finished",
     "input_dir": "the task folder",
     "output_dir": "this folder, absolute",
+    "dir_id": "[st_dev, st_ino] of this folder at launch: a copy, or a new folder at the same path, differs",
     "config_file": "the config JSON used (null: INPUT_DIR/config.json)",
     "mode": "train | rehearse",
     "gpus": "physical GPU indices (CUDA_VISIBLE_DEVICES), or null",
@@ -71,9 +82,13 @@ STATUS_FIELDS = {
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
     "exit_code": "the job's exit code",
-    "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer",
+    "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
+                        "disk | output_dir | job",
     "rollout_failures": "rehearsal: failed/succeeded rollouts so far, failures in a row, the first failure's reason",
     "reason": "one line: why the run failed or stopped",
+    "detail": "with failed: vanished (the job died without recording its end; stop_training.py --force "
+              "recorded it)",
+    "hint": "with failed: the fix, when the job knows it (e.g. free space on O's filesystem)",
     "leftovers": "pids of the run still alive after the job's clean-up",
 }
 
@@ -122,33 +137,221 @@ def read_status(output_dir: str | os.PathLike) -> dict | None:
     path = Path(output_dir) / STATUS_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _is_pid(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def load_status(output_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
+    """(record, damage): damage says why training.status cannot be trusted (not JSON, not an object, or an
+    identity field of the wrong type); record is None when there is no usable record."""
+    path = Path(output_dir) / STATUS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{path} is damaged: it cannot be read ({exc})"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return None, f"{path} is damaged: not valid JSON ({exc}; {len(text)} bytes)"
+    if not isinstance(data, dict):
+        return None, f"{path} is damaged: a JSON {type(data).__name__}, not an object"
+    bad = [f"{key} {data[key]!r}" for key, ok in (
+        ("pid", _is_pid), ("pgid", lambda v: v is None or _is_pid(v)),
+        ("proc_start_time", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))),
+        ("run_id", lambda v: v is None or isinstance(v, str)), ("status", lambda v: v is None or isinstance(v, str)),
+    ) if key in data and not ok(data[key])]
+    if bad:
+        return data, f"{path} is damaged: field {', field '.join(bad)} is not what a run records " \
+                     "(pid and pgid: positive integers; proc_start_time: a number; run_id, status: strings)"
+    return data, None
+
+
+# The record this process last wrote per folder: a job whose status file was damaged under it (truncated,
+# overwritten) rewrites it whole at its next change instead of keeping only the new fields.
+_LAST_WRITTEN: dict[str, dict] = {}
 
 
 def update_status(output_dir: str | os.PathLike, /, **fields: Any) -> dict:
     """Merge fields into training.status atomically and return the new content.
 
-    output_dir is positional-only, so a status field may itself be called output_dir.
+    output_dir is positional-only, so a status field may itself be called output_dir. In a process that
+    claimed the folder (the job), a folder that is gone or replaced raises FolderReplaced and nothing is
+    written. On a full disk the run's reserve (RESERVE_FILE) is given up once so the record still lands.
     """
     unknown = sorted(set(fields) - set(STATUS_FIELDS))
     if unknown:
         raise ValueError(f"not training.status fields: {unknown} (add them to run_dir.STATUS_FIELDS)")
-    status = read_status(output_dir) or {}
+    check_claim(output_dir)
+    record, damage = load_status(output_dir)
+    key = str(Path(output_dir))
+    last = _LAST_WRITTEN.get(key) if damage else None
+    status = dict(last if last is not None else (record or {}))
     status.update(fields)
-    atomic_write_json(Path(output_dir) / STATUS_FILE, status)
+    try:
+        atomic_write_json(Path(output_dir) / STATUS_FILE, status)
+    except OSError as exc:
+        if not is_disk_full(exc) or not release_reserve(output_dir):
+            raise
+        atomic_write_json(Path(output_dir) / STATUS_FILE, status)
+    _LAST_WRITTEN[key] = status
     return status
 
 
 def record_launch(output_dir: Path, *, pid: int, proc_start_time: float | None, run_id: str, input_dir: Path,
                   config_file: str | None, mode: str, gpus: list[int] | None) -> dict:
-    """The launch record: a fresh training.status (starting) and training.pid for the job just started."""
+    """The launch record: a fresh training.status (starting) and training.pid for the job just started,
+    and the reserve that lets the run record its end on a full disk. Written so that a failure (a full
+    disk) leaves the last run's record as it was and no training.pid naming the new job."""
+    _write_reserve(output_dir)
+    record = {"status": "starting", "start_time": now_iso(), "pid": pid, "pgid": pid,
+              "proc_start_time": proc_start_time, "run_id": run_id, "input_dir": str(input_dir),
+              "output_dir": str(output_dir), "dir_id": folder_id(output_dir), "config_file": config_file,
+              "mode": mode, "gpus": gpus}
     atomic_write_text(output_dir / PID_FILE, f"{pid}\n")
-    (output_dir / STATUS_FILE).unlink(missing_ok=True)  # a new run: nothing of the last one's record is kept
-    return update_status(output_dir, status="starting", start_time=now_iso(), pid=pid, pgid=pid,
-                         proc_start_time=proc_start_time, run_id=run_id, input_dir=str(input_dir),
-                         output_dir=str(output_dir), config_file=config_file, mode=mode, gpus=gpus)
+    try:
+        atomic_write_json(output_dir / STATUS_FILE, record)  # a new run: nothing of the last one's record is kept
+    except BaseException:
+        release_pid_file(output_dir, pid)
+        raise
+    _LAST_WRITTEN[str(output_dir)] = record
+    return record
+
+
+def abandon_launch(output_dir: Path, pid: int, run_id: str) -> None:
+    """Undo what record_launch wrote for a job that was killed before it could run: training.pid if it
+    names pid, training.status if it is that run's, and the reserve."""
+    release_pid_file(output_dir, pid)
+    record, _damage = load_status(output_dir)
+    if record is not None and record.get("run_id") == run_id and record.get("pid") == pid:
+        (output_dir / STATUS_FILE).unlink(missing_ok=True)
+    release_reserve(output_dir)
+
+
+# --------------------------------------------------------------------------- the folder's identity
+
+
+class FolderReplaced(Exception):
+    """The folder this process claimed is gone, or another folder (or lock) now stands at its path."""
+
+
+def folder_id(path: str | os.PathLike) -> list[int] | None:
+    """[st_dev, st_ino] of a folder, or None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+_CLAIMS: dict[str, tuple[list[int] | None, tuple[int, int]]] = {}
+
+
+def claim(output_dir: Path, lock_fd: int) -> None:
+    """This process (the job) owns output_dir through lock_fd, its open O/training.lock: from now on its
+    writes through update_status check that the folder and its lock on disk are still the ones it holds."""
+    st = os.fstat(lock_fd)
+    _CLAIMS[str(output_dir)] = (folder_id(output_dir), (st.st_dev, st.st_ino))
+
+
+def folder_problem(output_dir: str | os.PathLike) -> str | None:
+    """Why the claimed folder is no longer this process's (None while it is, or when it claimed none)."""
+    claimed = _CLAIMS.get(str(output_dir))
+    if claimed is None:
+        return None
+    dir_id, lock = claimed
+    now = folder_id(output_dir)
+    if now is None:
+        return f"the output folder {output_dir} was deleted (or moved) while the run was live"
+    lock_now = folder_id(Path(output_dir) / LOCK_FILE)
+    if now != dir_id or lock_now is None or tuple(lock_now) != lock:
+        return (f"the output folder {output_dir} was replaced while the run was live (it is not the folder, or "
+                f"{LOCK_FILE} not the lock, this run holds)")
+    return None
+
+
+def check_claim(output_dir: str | os.PathLike) -> None:
+    problem = folder_problem(output_dir)
+    if problem:
+        raise FolderReplaced(problem)
+
+
+def foreign_record(output_dir: Path, record: dict) -> str | None:
+    """Why a readable record belongs to another folder (a copy of O, or O's path reused), or None."""
+    recorded, here = record.get("dir_id"), folder_id(output_dir)
+    where = record.get("output_dir")
+    if isinstance(recorded, list) and len(recorded) == 2:
+        if here is not None and list(recorded) != here:
+            same_path = where == str(output_dir)
+            return (f"{STATUS_FILE} here was written for {'another folder at this path' if same_path else where} "
+                    f"(device/inode {recorded[0]}/{recorded[1]}, this folder's {here[0]}/{here[1]}): "
+                    f"{'the folder was replaced' if same_path else 'this is a copy'}, and its run is not this "
+                    "folder's")
+        return None
+    if isinstance(where, str) and where != str(output_dir):
+        return f"{STATUS_FILE} here was written for {where}: this is a copy, and its run is not this folder's"
+    return None
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether exc, or an exception it was raised from, is ENOSPC or EDQUOT."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def disk_full_message(output_dir: Path) -> tuple[str, str]:
+    """(message, hint) naming the folder and the free space left on its filesystem."""
+    free = free_bytes(output_dir)
+    shown = "unknown" if free is None else f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"
+    return (f"no space left on the device of {output_dir} ({shown} free)",
+            f"free space on that filesystem (df -h {output_dir}), or pass another --output-dir; then start again "
+            "(--resume continues from the last checkpoint)")
+
+
+def _write_reserve(output_dir: Path) -> None:
+    path = output_dir / RESERVE_FILE
+    if path.is_file() and path.stat().st_size >= RESERVE_BYTES:
+        return
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are really taken
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def release_reserve(output_dir: str | os.PathLike) -> bool:
+    """Give the reserve's space back (the run is ending, or the disk is full). True when there was one."""
+    try:
+        os.unlink(Path(output_dir) / RESERVE_FILE)
+        return True
+    except OSError:
+        return False
 
 
 def release_pid_file(output_dir: Path, pid: int) -> None:
@@ -162,18 +365,63 @@ def release_pid_file(output_dir: Path, pid: int) -> None:
 
 
 def assess(output_dir: Path) -> dict:
-    """What training.status in O says, and what is really alive: the proved pid and the run-id carriers."""
+    """What training.status in O says, and what is really alive, as one dict:
+
+    found (a record, readable or damaged, or a live lock holder), alive (the job proved: pid, start time
+    and run id, in this very folder), why, pid, pgid, run_id, status, record, carriers (other pids carrying
+    the run id), strays ({pid: run_id} of processes carrying ARL_OUTPUT_DIR=O that are not this record's
+    run: a run whose folder was deleted or replaced under it), damaged and foreign (why the record cannot
+    be trusted / belongs to another folder), source ("status", or "lock" when the job was found as the
+    holder of O/training.lock because the record was damaged or missing) and state (the job's process state).
+    """
     from agentic_rl.edge import procs
 
-    st = read_status(output_dir)
-    if st is None:
-        return {"found": False, "alive": False, "carriers": [], "status": None, "pid": None, "run_id": None}
-    pid, run_id = st.get("pid"), st.get("run_id")
-    alive, why = procs.identify(pid, st.get("proc_start_time"), run_id)
-    skip = {os.getpid(), os.getppid(), *([pid] if alive else [])}
-    carriers = [p.pid for p in procs.find_run_processes(run_id, skip)] if run_id else []
-    return {"found": True, "alive": alive, "why": why, "carriers": carriers, "status": st.get("status"),
-            "pid": pid, "pgid": st.get("pgid"), "run_id": run_id, "record": st}
+    output_dir = Path(output_dir)
+    st, damaged = load_status(output_dir)
+    skip = {os.getpid(), os.getppid()}
+    in_dir = {p.pid: procs.process_run_id(p) for p in procs.find_processes(RUN_DIR_ENV, str(output_dir), skip)}
+    state = {"found": st is not None or damaged is not None, "alive": False, "why": damaged or "no training.status",
+             "pid": None, "pgid": None, "run_id": None, "status": None, "record": st or {}, "carriers": [],
+             "strays": {}, "damaged": damaged, "foreign": None, "source": "status", "state": None}
+    if st is not None and not damaged:
+        pid, run_id = st.get("pid"), st.get("run_id")
+        state.update(pid=pid, pgid=st.get("pgid"), run_id=run_id, status=st.get("status"))
+        state["foreign"] = foreign_record(output_dir, st)
+        if state["foreign"]:
+            state["why"] = state["foreign"]
+        else:
+            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id)
+    else:
+        holder = _lock_holder(output_dir, in_dir)
+        if holder is not None:  # the record is damaged or gone, but the job of this folder is alive
+            pid, run_id = holder
+            state.update(found=True, alive=True, why="ok", pid=pid, pgid=procs.group_of(pid), run_id=run_id,
+                         source="lock", record={"pid": pid, "pgid": procs.group_of(pid), "run_id": run_id,
+                                                "proc_start_time": procs.process_start_time(pid),
+                                                "output_dir": str(output_dir), "dir_id": folder_id(output_dir)})
+    run_id = state["run_id"]
+    if run_id and not state["foreign"]:
+        mine = {state["pid"]} if state["alive"] else set()
+        state["carriers"] = [p.pid for p in procs.find_run_processes(run_id, skip | mine)]
+    state["strays"] = {pid: rid for pid, rid in in_dir.items()
+                       if (rid != run_id or state["foreign"]) and pid != state["pid"]}
+    if state["alive"]:
+        state["state"] = procs.process_state(state["pid"])
+    return state
+
+
+def _lock_holder(output_dir: Path, in_dir: dict[int, str | None]) -> tuple[int, str] | None:
+    """(pid, run_id) of the process that carries ARL_OUTPUT_DIR=O and holds O/training.lock open as it is on
+    disk now: the job of this folder, proved without training.status."""
+    from agentic_rl.edge import procs
+
+    lock = folder_id(output_dir / LOCK_FILE)
+    if lock is None:
+        return None
+    for pid, run_id in sorted(in_dir.items()):
+        if run_id and procs.holds_file(pid, *lock):
+            return pid, run_id
+    return None
 
 
 def log_tail(output_dir: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:

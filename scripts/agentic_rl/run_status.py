@@ -80,13 +80,28 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
 
     state = run_dir.assess(output_dir)
     if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
+        if state["strays"]:
+            runs = sorted({rid or "?" for rid in state["strays"].values()})
+            raise UserError(f"no {run_dir.STATUS_FILE} in {output_dir}, but processes of run {', '.join(runs)} carry "
+                            f"{run_dir.RUN_DIR_ENV}={output_dir}: pids {sorted(state['strays'])} (their folder was "
+                            "deleted or replaced while they ran)",
+                            f"kill them: python scripts/stop_training.py --output-dir {output_dir} --force", EXIT_FAIL)
+        raise UserError(f"no run found in {output_dir} (no {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
-    st = state["record"]
-    status, detail = st.get("status"), None
-    if status in ("starting", "running") and not state["alive"]:
+    # A damaged record is read for nothing but what was proved without it (the lock holder).
+    st = state["record"] if not state["damaged"] or state["source"] == "lock" else {}
+    status, detail, problem = st.get("status"), st.get("detail"), None
+    if state["damaged"]:
+        status, detail, problem = ("running" if state["alive"] else "failed"), "status file damaged", state["damaged"]
+        if state["alive"]:
+            problem += (f"; the run is alive: pid {state['pid']}, run {state['run_id']} (found as the holder of "
+                        f"{run_dir.LOCK_FILE}); its next status change rewrites the file")
+    elif state["foreign"] and status not in run_dir.TERMINAL_STATES:
+        detail, problem = "copy", state["foreign"]
+    elif status in ("starting", "running") and not state["alive"]:
         status, detail = "failed", "vanished"
-    resources = procs.run_resources(st["run_id"]) if st.get("run_id") else {"processes": 0, "pids": []}
+    resources = procs.run_resources(st["run_id"]) if st.get("run_id") and not state["foreign"] else \
+        {"processes": 0, "pids": []}
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))
     log = tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200))
@@ -96,8 +111,14 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir)
+             + rollout_failure_flags(st.get("rollout_failures")))
+    proc_state = state["state"]
+    if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
+        flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
     return {
         "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
+        "problem": problem, "hint": st.get("hint"), "process_state": proc_state,
         "run_id": st.get("run_id"), "mode": st.get("mode"), "pid": st.get("pid"),
         "runtime_s": round((end or time.time()) - start) if start else None,
         "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
@@ -105,8 +126,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
         "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
-        "flags": with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir)
-        + rollout_failure_flags(st.get("rollout_failures")),
+        "flags": flags,
         "rollout_failures": st.get("rollout_failures"),
         "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
@@ -125,6 +145,20 @@ def rollout_failure_flags(record: dict | None) -> list[dict]:
     return [{"flag": "rollouts_failed", "step": None, "value": record["failed"],
              "message": record.get("message") or f"{record['failed']} rollouts failed", "hint": hint,
              "examples": [first["rollout_id"]] if first.get("rollout_id") else []}]
+
+
+def process_flag(pid: int, proc_state: str, output_dir: Path) -> dict:
+    """A health flag for a job that is alive but not running: its progress is frozen, not slow."""
+    stop = f"python scripts/stop_training.py --output-dir {output_dir}"
+    if proc_state.startswith("stopped"):
+        return {"flag": "process_stopped", "message": f"main.py (pid {pid}) is {proc_state} (SIGSTOP, Ctrl-Z or a "
+                "debugger): it makes no progress until it is continued",
+                "hint": f"continue it: kill -CONT {pid} (or fg in its shell); or stop it: {stop}"}
+    if proc_state == "zombie":
+        return {"flag": "process_zombie", "message": f"main.py (pid {pid}) has exited but was not reaped (zombie)",
+                "hint": f"clean up its processes: {stop} --force"}
+    return {"flag": "process_disk_sleep", "message": f"main.py (pid {pid}) is in uninterruptible sleep (D state): "
+            "it waits on I/O (a hung filesystem or device)", "hint": "check the disk / NFS mount of the output folder"}
 
 
 def with_sample_flags(flags: list[dict], output_dir: Path) -> list[dict]:
@@ -149,4 +183,4 @@ def collect_samples(output_dir: Path, args) -> dict:
 
 
 def exit_code(data: dict) -> int:
-    return EXIT_FAIL if data["status"] == "failed" else EXIT_OK
+    return EXIT_FAIL if data["status"] == "failed" or data.get("problem") else EXIT_OK

@@ -78,9 +78,12 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
     and a raylet killed under the driver makes Ray end main.py before it stops the gateway and the
     controller, which were then left behind. main.py stops everything of the run itself, in order."""
     pid = int(state["pid"])
+    frozen = procs.process_state(pid) in ("stopped", "stopped (traced)")
     if not procs.signal_pid(pid, signal.SIGTERM):
         return True
-    report["actions"].append(f"SIGTERM sent to main.py pid {pid}")
+    if frozen:  # a SIGSTOPped job acts on SIGTERM only once it runs again
+        procs.signal_pid(pid, signal.SIGCONT)
+    report["actions"].append(f"SIGTERM sent to main.py pid {pid}" + (", then SIGCONT: it was stopped" if frozen else ""))
     started = time.monotonic()
     if wait_gone(pid, timeout):
         report["actions"].append(f"main.py exited after {time.monotonic() - started:.1f} s")
@@ -92,13 +95,29 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
 def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
     """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
     state = run_dir.assess(output_dir)
-    if not state["found"]:
-        raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
+    strays = state["strays"]
+    if not state["found"] and not strays:
+        raise UserError(f"no run found in {output_dir} (no {run_dir.STATUS_FILE}, and no process carries "
+                        f"{run_dir.RUN_DIR_ENV}={output_dir})",
                         "pass the --output-dir the run was started with (or set EVO_OUTPUT_DIR)", EXIT_USAGE)
     run_id, pid = state["run_id"], state["pid"]
     report = {"output_dir": str(output_dir), "run_id": run_id, "pid": pid, "status_before": state["status"],
               "proved": state["alive"], "why": state["why"], "force": force, "actions": [],
-              "leftovers": [], "gpu_leftovers": None, "status": state["status"], "ok": False}
+              "leftovers": [], "gpu_leftovers": None, "status": state["status"], "ok": False,
+              "damaged": state["damaged"], "source": state["source"], "strays": sorted(strays)}
+    if state["foreign"] and state["status"] not in run_dir.TERMINAL_STATES:
+        report.update(message=f"refused: {state['foreign']}; nothing was signalled",
+                      hint=f"stop the run in its own folder: stop_training.py --output-dir "
+                           f"{state['record'].get('output_dir')}")
+        return report
+    if strays and not state["alive"] and not state["carriers"]:
+        return stop_strays(output_dir, state, force, report)
+    if state["damaged"] and not state["alive"]:
+        report.update(message=f"{state['damaged']}; no process of a run in {output_dir} is alive (none holds its "
+                              f"{run_dir.LOCK_FILE} or carries {run_dir.RUN_DIR_ENV}={output_dir}): nothing was "
+                              "signalled",
+                      hint=f"read {output_dir / run_dir.LOG_FILE}; the next start_training.sh writes a new record")
+        return report
     if not run_id:
         report.update(message=f"{run_dir.STATUS_FILE} in {output_dir} has no run_id: nothing can be proved "
                               "to be this run's, so nothing was signalled",
@@ -138,16 +157,51 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
                       "a process in uninterruptible sleep (D state) or a GPU context can linger; check with "
                       "nvidia-smi and ps, then rerun stop_training.py --force")
         return report
-    final = run_dir.read_status(output_dir) or {}
-    if final.get("status") not in run_dir.TERMINAL_STATES:
+    final, damage = run_dir.load_status(output_dir)
+    final = final or {}
+    if damage or final.get("status") not in run_dir.TERMINAL_STATES:
         how = "SIGKILL (--force)" if force else "SIGTERM"
         fields = {"status": "stopped", "end_time": run_dir.now_iso(), "reason": f"stopped by stop_training.py ({how})"}
-        if not state["alive"]:
-            fields["reason"] = "main.py had vanished; its orphans were killed by stop_training.py --force"
+        if not state["alive"]:  # a crash stays a crash: the clean-up does not turn it into a deliberate stop
+            fields.update(status="failed", detail="vanished", failed_component="job",
+                          reason=f"the job (pid {pid}) vanished without recording its end ({state['why']}: "
+                                 f"SIGKILL or the OOM killer?); stop_training.py --force killed the {len(before)} "
+                                 "processes it left")
+        if damage:  # rewrite the damaged record whole, from what was proved
+            fields = {**{k: v for k, v in state["record"].items() if k in run_dir.STATUS_FIELDS}, **fields}
         run_dir.update_status(output_dir, **fields)
         final = run_dir.read_status(output_dir) or {}
-    pid_file = output_dir / run_dir.PID_FILE
-    if pid_file.is_file() and pid_file.read_text().strip() == str(pid):
-        pid_file.unlink()
-    report.update(ok=True, status=final.get("status"), message=f"run {run_id} is gone; status {final.get('status')}")
+    run_dir.release_pid_file(output_dir, pid)
+    run_dir.release_reserve(output_dir)
+    shown = final.get("status") + (f" ({final['detail']})" if final.get("detail") else "")
+    report.update(ok=True, status=final.get("status"), detail=final.get("detail"),
+                  message=f"run {run_id} is gone; status {shown}")
+    return report
+
+
+def stop_strays(output_dir: Path, state: dict, force: bool, report: dict) -> dict:
+    """Processes carrying ARL_OUTPUT_DIR=O that are not O's recorded run: a run whose folder was deleted or
+    replaced under it. They carry this folder's path and their run id: --force SIGKILLs them by run id."""
+    strays = state["strays"]
+    runs = sorted({rid for rid in strays.values() if rid})
+    report["run_id"] = ", ".join(runs) or None
+    if not force:
+        report["leftovers"] = describe(sorted(strays))
+        report.update(message=f"processes of run {', '.join(runs) or '?'} still carry {run_dir.RUN_DIR_ENV}="
+                              f"{output_dir} but are not this folder's recorded run (its folder was deleted or "
+                              f"replaced while it lived): pids {sorted(strays)}",
+                      hint=f"SIGKILL them: python scripts/stop_training.py --output-dir {output_dir} --force")
+        return report
+    left = []
+    for rid in runs:
+        left += procs.kill_run(rid, timeout=2.0, term_first=False)
+        report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={rid} (its processes carried "
+                                 f"{run_dir.RUN_DIR_ENV}={output_dir}), children first")
+    left += [p.pid for p in procs.find_processes(run_dir.RUN_DIR_ENV, str(output_dir), [os.getpid()])]
+    report["leftovers"] = describe(sorted(set(left)))
+    if left:
+        report.update(message=f"pids {sorted(set(left))} are left", hint="check them with ps; rerun with --force")
+        return report
+    report.update(ok=True, message=f"the processes of run {', '.join(runs)} are gone; this folder's record was "
+                                   "not changed")
     return report

@@ -23,7 +23,10 @@ fetched; in training a thread here follows the gateway's finished rollouts besid
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
 reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
 the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID; training.pid is
-removed. Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
+or replaced, the run stops and writes nothing more there. On a full disk it gives back the
+launch's reserve to record its end, naming the folder and its free space.
+Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
 143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
 """
 
@@ -53,7 +56,10 @@ class Interrupted(BaseException):
 
 
 def log(message: str) -> None:
-    print(f"[main] {message}", flush=True)
+    try:
+        print(f"[main] {message}", flush=True)
+    except OSError:  # training.log on a full disk: the status record, written from the reserve, says why
+        pass
 
 
 def hold_lock(output_dir: Path) -> bool:
@@ -63,11 +69,20 @@ def hold_lock(output_dir: Path) -> bool:
     if handed.isdigit():
         fd = int(handed)
         try:
-            if os.path.samestat(os.fstat(fd), os.stat(lock_path)):
-                os.set_inheritable(fd, False)  # the services and agents must not hold it past us
-                return True
+            held = os.fstat(fd)
         except OSError:
-            pass
+            held = None
+        if held is not None:
+            try:
+                same = os.path.samestat(held, os.stat(lock_path))
+            except OSError:
+                same = False
+            if not same:  # the folder the launcher locked is gone: never take the lock of its successor
+                raise UserError(f"{output_dir} was deleted or replaced between the launch and the job's start",
+                                "start the run again", cli.EXIT_CONFLICT)
+            os.set_inheritable(fd, False)  # the services and agents must not hold it past us
+            run_dir.claim(output_dir, fd)
+            return True
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,6 +91,7 @@ def hold_lock(output_dir: Path) -> bool:
         st = run_dir.read_status(output_dir) or {}
         raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
                         "stop it with stop_training.py, or use another --output-dir", cli.EXIT_CONFLICT) from None
+    run_dir.claim(output_dir, fd)
     return False
 
 
@@ -109,6 +125,7 @@ class Run:
         self.output_dir = run_dir.resolve_output_dir(args.output_dir, self.input_dir)
         self.run_id = args.run_id or os.environ.get(run_dir.RUN_ID_ENV) or run_dir.new_run_id()
         os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
+        os.environ[run_dir.RUN_DIR_ENV] = str(self.output_dir)  # ... and its folder: found even without a record
         self.mode = "rehearse" if args.rehearse else "train"
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
         self.key = agl.new_key()
@@ -130,6 +147,11 @@ class Run:
 
     def _watch(self) -> None:
         while not self.stopping:
+            gone = run_dir.folder_problem(self.output_dir)
+            if gone:  # stop before the trainer or a sample lands in a folder that is not ours any more
+                self.service_failure = Failure("output_dir", f"{gone}: the run stopped and wrote nothing more there")
+                procs.signal_self(signal.SIGUSR1)
+                return
             for svc in (self.gateway, self.controller):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, f"the {svc.name} exited (code {svc.proc.returncode}): "
@@ -154,11 +176,21 @@ class Run:
         self.stopping = True
         code, final = self.outcome(outcome)
         leftovers = self.shutdown()
+        gone = run_dir.folder_problem(self.output_dir)
+        if not gone:
+            run_dir.release_reserve(self.output_dir)  # the run ends: its reserve makes room for the last record
         if final["status"] == "failed":
             log(f"failed ({final['failed_component']}): {final['reason']}")
         else:
             log(final["status"])
-        self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
+        if gone:
+            log(f"{gone}: its end is not recorded there (that folder is not this run's)")
+            return code
+        try:
+            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
+        except (OSError, run_dir.FolderReplaced) as exc:
+            log(f"could not record the end in {run_dir.STATUS_FILE}: {exc}")
+            return code
         run_dir.release_pid_file(self.output_dir, os.getpid())
         return code
 
@@ -170,17 +202,35 @@ class Run:
             return 128 + exc.signum, {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
         if isinstance(exc, Interrupted):
             exc = self.service_failure
+        if isinstance(exc, run_dir.FolderReplaced):
+            exc = Failure("output_dir", f"{exc}: the run stopped and wrote nothing more there")
         if isinstance(exc, UserError):
             cli.print_error(exc.message, exc.hint)
             exc = Failure("preflight", exc.message, exc.code)
+        disk_full = run_dir.is_disk_full(exc)
         if not isinstance(exc, Failure):
             import traceback
 
-            traceback.print_exception(exc)
-            component = "trainer" if self.mode == "train" else "rehearsal"
+            try:
+                traceback.print_exception(exc)
+            except OSError:  # the log is on the full disk too
+                pass
+            component = "disk" if disk_full else "trainer" if self.mode == "train" else "rehearsal"
             exc = Failure(component, job_config.classify_failure(
                 f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"))
-        return exc.code, {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
+        final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
+        if disk_full or self.disk_full_now(exc.reason):
+            message, hint = run_dir.disk_full_message(self.output_dir)
+            final.update(reason=f"{message}: {exc.reason}"[:600], hint=hint)
+        return exc.code, final
+
+    def disk_full_now(self, reason: str) -> bool:
+        """A failure on a full disk (a rollout that could not write, a checkpoint that could not be saved)
+        names the disk as its cause: the reason says ENOSPC, or O's filesystem has no room left."""
+        if "No space left on device" in reason or "Disk quota exceeded" in reason:
+            return True
+        free = run_dir.free_bytes(self.output_dir)
+        return free is not None and free < run_dir.RESERVE_BYTES
 
     def start_services(self, plan) -> None:
         import importlib.util
@@ -251,6 +301,8 @@ class Run:
         try:
             out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_rows, writer)
         except OSError as exc:
+            if run_dir.is_disk_full(exc):
+                raise Failure("disk", f"writing the rehearsal's samples failed: {exc}") from None
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         except rehearsal.TooManyFailures as stop:
             raise Failure(self.failure_component(stop.record), f"stopped after {stop.record['in_a_row']} rollouts "
@@ -258,7 +310,13 @@ class Run:
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
                  "wall_s": round(time.monotonic() - started, 3)}
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
-        rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
+        run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
+        try:
+            rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
+        except OSError as exc:
+            if run_dir.is_disk_full(exc):
+                raise Failure("disk", f"writing {run_dir.REHEARSAL_FILE} failed: {exc}") from None
+            raise
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         if rep["failed"]:

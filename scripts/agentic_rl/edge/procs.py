@@ -39,11 +39,18 @@ def process_run_id(proc: psutil.Process) -> str | None:
 
 
 def identify(pid: int | None, start_time: float | None, run_id: str | None) -> tuple[bool, str]:
-    """Prove that pid is the run's process. Returns (proved, reason)."""
+    """Prove that pid is the run's process. Returns (proved, reason). A pid that is not a positive
+    integer (a damaged record) proves nothing: run_dir.load_status rejects it before it gets here."""
     if not pid:
         return False, "no pid recorded"
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False, f"pid {pid!r} is not a process id"
     try:
-        proc = psutil.Process(int(pid))
+        start_time = None if start_time is None else float(start_time)
+    except (TypeError, ValueError):
+        return False, f"proc_start_time {start_time!r} is not a number"
+    try:
+        proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False, f"pid {pid} has exited (zombie)"
         created = proc.create_time()
@@ -58,9 +65,17 @@ def identify(pid: int | None, start_time: float | None, run_id: str | None) -> t
     return True, "ok"
 
 
-def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
-    """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included)."""
-    if not run_id:
+def process_env(proc: psutil.Process, name: str) -> str | None:
+    """One variable of a process's environment, or None when unreadable or absent."""
+    try:
+        return proc.environ().get(name)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def find_processes(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose environment has name=value (setsid'd ones included)."""
+    if not value:
         return []
     skip = set(exclude_pids)
     found = []
@@ -72,9 +87,47 @@ def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[ps
                 continue
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if process_run_id(proc) == run_id:
+        if process_env(proc, name) == value:
             found.append(proc)
     return found
+
+
+def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
+    """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included)."""
+    return find_processes(RUN_ID_ENV, run_id, exclude_pids)
+
+
+def holds_file(pid: int, dev: int, ino: int) -> bool:
+    """Whether pid has an open file descriptor on the file (dev, ino): the lock holder of a run folder
+    holds O/training.lock open for its whole life. Read from /proc/PID/fd, which follows a descriptor
+    to its inode even when the file was deleted."""
+    try:
+        fds = os.listdir(f"/proc/{int(pid)}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{int(pid)}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            return True
+    return False
+
+
+# psutil's status names, as a report says them: a stopped job makes no progress until SIGCONT.
+STATE_WORDS = {psutil.STATUS_STOPPED: "stopped", psutil.STATUS_TRACING_STOP: "stopped (traced)",
+               psutil.STATUS_ZOMBIE: "zombie", psutil.STATUS_DISK_SLEEP: "disk-sleep"}
+
+
+def process_state(pid: int) -> str | None:
+    """A proved pid's scheduler state: "running", "sleeping", "stopped", "zombie", "disk-sleep", ...;
+    None when it is gone."""
+    try:
+        status = psutil.Process(int(pid)).status()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+    return STATE_WORDS.get(status, status)
 
 
 def _depth(proc: psutil.Process) -> int:
@@ -192,11 +245,18 @@ def group_of(pid: int) -> int | None:
         return None
 
 
+def _positive(pid) -> int:
+    """os.kill(0 or -N) signals whole process groups: a pid from a damaged record must never get there."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"refusing to signal {pid!r}: not a positive process id")
+    return pid
+
+
 def signal_group(pgid: int, sig: int) -> bool:
     """Signal a process group the caller has proved is its own (its child's, or the run's proved job).
     False when the group is gone."""
     try:
-        os.killpg(int(pgid), sig)
+        os.killpg(_positive(pgid), sig)
         return True
     except ProcessLookupError:
         return False
@@ -205,7 +265,7 @@ def signal_group(pgid: int, sig: int) -> bool:
 def signal_pid(pid: int, sig: int) -> bool:
     """Signal one proved pid. False when it is gone."""
     try:
-        os.kill(int(pid), sig)
+        os.kill(_positive(pid), sig)
         return True
     except ProcessLookupError:
         return False

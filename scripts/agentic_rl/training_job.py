@@ -128,8 +128,7 @@ class Run:
         while not self.stopping:
             for svc in (self.gateway, self.controller):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
-                    self.service_failure = Failure(svc.name, f"the {svc.name} exited (code {svc.proc.returncode}): "
-                                                   f"{svc.log_tail(2)}"[:400])
+                    self.service_failure = Failure(svc.name, svc.exited_message()[:400])
                     procs.signal_self(signal.SIGUSR1)
                     return
             time.sleep(0.5)
@@ -242,14 +241,14 @@ class Run:
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
                  "wall_s": round(time.monotonic() - started, 3)}
+        rehearsal.add_agent_errors(out["results"], self.controller.log_path)
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
         rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
-        if rep["failed"]:
-            first = next(r for r in rep["rows"] if r["state"] != "succeeded")
-            raise Failure("agent", f"{rep['failed']} of {rep['rollouts']} rollouts failed; first: row "
-                                   f"{first['row_id']}: {first['error'] or first['reason']}"[:400])
+        problem = rehearsal.verdict(rep)
+        if problem:
+            raise Failure("agent", problem[:400])
 
     @staticmethod
     def import_trainer():

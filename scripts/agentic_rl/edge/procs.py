@@ -30,12 +30,17 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-def process_run_id(proc: psutil.Process) -> str | None:
-    """EVO_RUN_ID from the process environment, or None when unreadable or absent."""
+def process_env(proc: psutil.Process, name: str) -> str | None:
+    """One variable of a process's environment, or None when unreadable or absent."""
     try:
-        return proc.environ().get(RUN_ID_ENV)
+        return proc.environ().get(name)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return None
+
+
+def process_run_id(proc: psutil.Process) -> str | None:
+    """EVO_RUN_ID from the process environment, or None when unreadable or absent."""
+    return process_env(proc, RUN_ID_ENV)
 
 
 def identify(pid: int | None, start_time: float | None, run_id: str | None) -> tuple[bool, str]:
@@ -60,7 +65,13 @@ def identify(pid: int | None, start_time: float | None, run_id: str | None) -> t
 
 def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
     """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included)."""
-    if not run_id:
+    return find_marked_processes(RUN_ID_ENV, run_id, exclude_pids)
+
+
+def find_marked_processes(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
+    """Every live process whose environment carries name=value: the descendants of a child we
+    started with that marker, wherever they went (their own session, reparented to init)."""
+    if not value:
         return []
     skip = set(exclude_pids)
     found = []
@@ -72,9 +83,25 @@ def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[ps
                 continue
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if process_run_id(proc) == run_id:
+        if process_env(proc, name) == value:
             found.append(proc)
     return found
+
+
+def kill_marked(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[dict]:
+    """SIGKILL every process carrying name=value (the marker a probe gave its child; nothing else
+    carries it), deepest first, until none is left. Returns [{"pid", "cmdline"}] of those killed."""
+    killed: dict[int, dict] = {}
+    exclude = set(exclude_pids) | {os.getpid()}
+    for _ in range(5):  # one that forks while we kill is found on the next pass
+        found = find_marked_processes(name, value, exclude)
+        if not found:
+            break
+        for proc in found:
+            killed.setdefault(proc.pid, {"pid": proc.pid, "cmdline": cmdline(proc.pid)})
+        signal_processes(found, signal.SIGKILL)
+        psutil.wait_procs(found, timeout=2.0)
+    return list(killed.values())
 
 
 def _depth(proc: psutil.Process) -> int:

@@ -408,7 +408,8 @@ def test_run_case(case, example_task, tmp_path, runs):
     for text in case.reason:
         assert text in st["reason"], st["reason"]
     rep = json.loads((out / "rehearsal.json").read_text())
-    assert [r["reward"] is not None for r in rep["rows"]] == [True] * len(rep["rows"]) or case.status == "failed"
+    if case.status == "completed":
+        assert all(r["reward"] is not None for r in rep["rows"]), rep["rows"]
     for row, text in zip(rep["rows"], case.row_reasons, strict=False):
         assert text in (row["reason"] or ""), rep["rows"]
     if case.judge_errors is not None:

@@ -105,7 +105,7 @@ class Service:
     def exited_message(self) -> str:
         """Why the service is gone, in its own words: 'the gateway exited at start (code 1): ...'."""
         code = self.proc.returncode
-        how = f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0 \
+        how = f"exited (killed by signal {signal.Signals(-code).name})" if code is not None and code < 0 \
             else f"exited (code {code})"
         return f"the {self.name} {how}: {self.dying_words() or 'no output'}"
 

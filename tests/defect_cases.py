@@ -2,7 +2,12 @@
 
 A case names what validate_data must report: exit 1 and, for every (where, text) pair in
 `expect`, a failed check whose `where` is exactly `where` (file, file:line, or file:field) and
-whose message contains `text` (the field or the reason). test_validate_data.py runs them all.
+whose message contains `text` (the field or the reason). A case with status "warn" must pass
+(exit 0) with those checks as warnings instead. test_validate_data.py runs them all.
+
+RUN_CASES are faults only a run shows (the agent process, the services): each edits a copy of
+the example (2 test rows), and test_main_rehearsal.py rehearses it through start_training.sh and
+checks the final status, its reason and rehearsal.json.
 """
 
 from __future__ import annotations
@@ -19,6 +24,17 @@ class Case:
     expect: tuple[tuple[str, str], ...]
     args: tuple[str, ...] = ()
     fields: tuple[str, ...] = field(default=())  # details.field of the first expected check, if a row field
+    status: str = "fail"  # "warn": validate_data passes, with these checks as warnings
+
+
+@dataclass(frozen=True)
+class RunCase:
+    id: str
+    apply: Callable[[Path], None]
+    status: str  # the run's final training.status
+    reason: tuple[str, ...] = ()  # substrings of training.status's reason
+    row_reasons: tuple[str, ...] = ()  # one substring per rehearsal.json row, in row order
+    judge_errors: int | None = None
 
 
 # --------------------------------------------------------------------------- editing helpers
@@ -100,6 +116,33 @@ def put(key: str, value) -> Callable[[dict], None]:
 
 
 JUDGE_HEAD = "def compute_reward(response, ground_truth, metadata):\n"
+
+
+def config_key(dotted: str, value) -> Callable[[Path], None]:
+    """Set one dotted key of config.json."""
+    import json
+
+    def apply(task: Path) -> None:
+        cfg = json.loads((task / "config.json").read_text(encoding="utf-8"))
+        node = cfg
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+        (task / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return apply
+
+
+def agent_json(**fields) -> Callable[[Path], None]:
+    import json
+
+    return write("agent.json", json.dumps({"model_name": "Qwen/Qwen2.5-0.5B-Instruct", **fields}) + "\n")
+
+
+# A judge that starts a process at import and leaves it running (a plain child, or in its own session).
+LEAVES_CHILD = "import subprocess\nsubprocess.Popen(['sleep', '300']{})\n" + JUDGE_HEAD + "    return float(bool(response))\n"
+# A judge that writes into the task folder through its own __file__.
+HERE = "import os\nHERE = os.path.dirname(os.path.abspath(__file__))\n"
 
 # --------------------------------------------------------------------------- the table
 
@@ -264,6 +307,79 @@ CASES: list[Case] = [
     Case("config-invalid-json", write("config.json", '{"data": {"train_batch_size": 16,}}\n'),
          (("config.json", "config.json:1:34: invalid JSON"),)),
     Case("config-not-object", write("config.json", "[1, 2]\n"), (("config.json", "must be a JSON object, got list"),)),
+    # Values that become Hydra/OmegaConf input (issue 14.3, 15.8).
+    Case("model-name-interpolation", agent_json(model_name="${oc.env:ARL_AGL_KEY}"),
+         (("agent.json:model_name", "contains ${...}, which OmegaConf would resolve"),)),
+    Case("model-name-env-interpolation", agent_json(model_name="models/${oc.env:HOME}"),
+         (("agent.json:model_name", "contains ${...}"),)),
+    Case("model-name-backslash", agent_json(model_name="Qwen/Qwen2.5-0.5B-Instruct\\"),
+         (("agent.json:model_name", "ends with a backslash"),)),
+    Case("model-name-newline", agent_json(model_name="Qwen\nkey=x"),
+         (("agent.json:model_name", "contains a control character"),)),
+    # env_map: only input paths (issue 14.4).
+    Case("env-map-literal", config_key("agentlightning.local.env_map", {"BROWSER": "sh -c 'touch /tmp/pwned'"}),
+         (("agentlightning.local.env_map.BROWSER", "is not an input path"),)),
+    Case("env-map-literal-pythonwarnings", config_key("agentlightning.local.env_map", {"PYTHONWARNINGS": "error"}),
+         (("agentlightning.local.env_map.PYTHONWARNINGS", "is not an input path"),)),
+    Case("env-map-reserved-name", config_key("agentlightning.local.env_map", {"LD_PRELOAD": "input.question"}),
+         (("agentlightning.local.env_map.LD_PRELOAD", "is not a variable a row may set"),)),
+    Case("env-map-number", config_key("agentlightning.local.env_map", {"TASK_N": 3}),
+         (("agentlightning.local.env_map.TASK_N", "3 is not an input path"),)),
+    # Task-folder modules named like stdlib or installed ones (issue 14.5): a warning, the run works.
+    Case("helper-named-random", write("random.py", "def pick():\n    return 4\n"),
+         (("random.py", "named like the standard library's module 'random'"),), status="warn"),
+    Case("helper-named-token", write("token.py", "SECRET = 1\n"),
+         (("token.py", "module 'token'"),), status="warn"),
+    Case("sitecustomize-in-task", write("sitecustomize.py", "open('/tmp/arl-sitecustomize-ran', 'w')\n"),
+         (("sitecustomize.py", "no process of a run does"),), status="warn"),
+    Case("helper-named-installed", write("psutil.py", "X = 1\n"), (("psutil.py", "the installed"),), status="warn"),
+    # The judge must not escape the probe (issue 14.6, 14.7).
+    Case("judge-leaves-child", write("judge.py", LEAVES_CHILD.format("")),
+         (("judge.py", "judge.py left 1 process(es) running after the probe, now killed: pid"),)),
+    Case("judge-leaves-setsid-child", write("judge.py", LEAVES_CHILD.format(", start_new_session=True")),
+         (("judge.py", "now killed: pid"),)),
+    Case("judge-deletes-train", write("judge.py", HERE + "p = os.path.join(HERE, 'train.jsonl')\n"
+                                      "os.remove(p) if os.path.exists(p) else open(p, 'w').write('{}\\n')\n"
+                                      + JUDGE_HEAD + "    return float(bool(response))\n"),
+         (("judge.py", "the task folder changed while judge.py ran: train.jsonl"),)),
+    Case("judge-appends-train", write("judge.py", HERE + JUDGE_HEAD + "    with open(os.path.join(HERE, 'train.jsonl'), "
+                                      "'a') as fh:\n        fh.write('{}\\n')\n    return float(bool(response))\n"),
+         (("judge.py", "the task folder changed while judge.py ran: train.jsonl modified (size"),)),
+    # agent_class must be an importable Agent Lightning agent class (issue 15.7).
+    Case("agent-class-no-module", agent_json(agent_class="no_such_module:Agent"),
+         (("agent.json:agent_class", "No module named 'no_such_module'"),)),
+    Case("agent-class-not-a-class", agent_json(agent_class="os:system"),
+         (("agent.json:agent_class", "is a builtin_function_or_method, not a class"),)),
+    Case("agent-class-no-run", both(write("my_agent.py", "class Agent:\n    pass\n"),
+                                    agent_json(agent_class="my_agent:Agent")),
+         (("agent.json:agent_class", "has no run() method"),)),
+    Case("agent-class-needs-args", both(write("my_agent.py", "class Agent:\n    def __init__(self, x):\n        pass\n"
+                                              "    def run(self):\n        pass\n"),
+                                        agent_json(agent_class="my_agent:Agent")),
+         (("agent.json:agent_class", "cannot be constructed without arguments"),)),
+    Case("agent-class-exits-at-import", both(write("my_agent.py", "import os\nos._exit(5)\n"),
+                                             agent_json(agent_class="my_agent:Agent")),
+         (("agent.json:agent_class", "the import ended the process (code 5)"),)),
+]
+
+
+# --------------------------------------------------------------------------- faults a run shows
+
+# compute_reward leaves the agent process: sys.exit on the first test row, os._exit on the second.
+JUDGE_EXITS = ("import os, sys, json\nFIRST = json.loads(open(os.path.join(os.path.dirname(__file__), "
+               "'test.jsonl')).readline())['ground_truth']\n" + JUDGE_HEAD +
+               "    if ground_truth == FIRST:\n        sys.exit(0)\n    os._exit(0)\n")
+
+RUN_CASES: list[RunCase] = [
+    RunCase("judge-exits-in-compute-reward", write("judge.py", JUDGE_EXITS), "completed",
+            row_reasons=("judge error: judge.py called sys.exit(0)", "judge error: the judge's process exited with code 0"),
+            judge_errors=2),
+    RunCase("agent-class-no-module", agent_json(agent_class="no_such_module:Agent"), "failed",
+            reason=("2 of 2 rollouts failed", "subprocess exited with code 1",
+                    "the agent said: ModuleNotFoundError: No module named 'no_such_module'")),
+    RunCase("agent-posts-no-reward", both(write("quiet_agent.py", "class Quiet:\n    def run(self):\n        return None\n"),
+                                          agent_json(agent_class="quiet_agent:Quiet")), "failed",
+            reason=("2 of 2 rollouts ended without a reward",)),
 ]
 
 

@@ -25,6 +25,7 @@ from agentic_rl import agent, cli, job_config, rehearsal, run_dir
 from agentic_rl import training_job as main_py
 from agentic_rl.edge import agl, procs
 from conftest import SCRIPTS, run_module, run_script
+from defect_cases import JUDGE_HEAD, RUN_CASES
 
 START = SCRIPTS / "start_training.sh"
 
@@ -372,7 +373,6 @@ def test_redacting_stream_masks_the_key():
     stream = agl.RedactingStream(buf, "s3cr3t")
     print({"agentlightning": {"agl_key": "s3cr3t"}}, file=stream)
     assert "s3cr3t" not in buf.getvalue() and agl.REDACTED in buf.getvalue()
-    assert agl.hydra_quote("/a b/it's") == "'/a b/it\\'s'"
 
 
 def test_agent_score_turns_judge_failures_into_zero(example_task):
@@ -455,3 +455,103 @@ def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_t
     text = run_script("check_status.py", "--output-dir", str(out))
     assert text.returncode == 1 and "model endpoint" in text.stdout + text.stderr
     assert_run_gone(final)
+
+
+# --------------------------------------------------------------------------- untrusted input (issues 14, 15)
+
+
+@pytest.mark.parametrize("case", RUN_CASES, ids=lambda c: c.id)
+def test_run_case(case, example_task, tmp_path, runs):
+    cut_rows(example_task, "test.jsonl", 2)
+    case.apply(example_task)
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse")
+    st = wait_done(out)
+    assert st["status"] == case.status, (st, log_text(out)[-3000:])
+    for text in case.reason:
+        assert text in st["reason"], st["reason"]
+    rep = json.loads((out / "rehearsal.json").read_text())
+    if case.status == "completed":
+        assert all(r["reward"] is not None for r in rep["rows"]), rep["rows"]
+    for row, text in zip(rep["rows"], case.row_reasons, strict=False):
+        assert text in (row["reason"] or ""), rep["rows"]
+    if case.judge_errors is not None:
+        assert rep["judge_errors"] == case.judge_errors and rep["mean_reward"] == 0.0
+    assert_run_gone(st)
+
+
+def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(example_task, tmp_path, runs):
+    marker = tmp_path / "sitecustomize-ran"
+    cut_rows(example_task, "test.jsonl", 2)
+    # Before: the gateway imported this random.py at start and died; sitecustomize ran in both services.
+    (example_task / "random.py").write_text("raise ImportError('task folder random.py imported')\n")
+    (example_task / "token.py").write_text("raise ImportError('task folder token.py imported')\n")
+    (example_task / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('ran\\n')\n")
+    # A custom agent_class and a judge helper, both only in the task folder.
+    (example_task / "helper_mod.py").write_text("def same(a, b):\n    return float(a.strip() == str(b))\n")
+    (example_task / "judge.py").write_text("import random, helper_mod\nrandom.random()\n" + JUDGE_HEAD
+                                           + "    return helper_mod.same(response, ground_truth)\n")
+    (example_task / "my_agent.py").write_text("import random\nfrom agentic_rl.agent import TemplateJudgeAgent\n"
+                                              "random.random()\nclass MyAgent(TemplateJudgeAgent):\n    pass\n")
+    agent_cfg = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "agent_class": "my_agent:MyAgent"}))
+    out = tmp_path / "out"
+    runs.append(out)
+    launch(example_task, out, "--rehearse")
+    st = wait_done(out)
+    assert st["status"] == "completed", (st, log_text(out)[-3000:])
+    rep = json.loads((out / "rehearsal.json").read_text())
+    assert [r["reward"] for r in rep["rows"]] == [1.0, 1.0], rep["rows"]
+    assert not marker.exists(), "sitecustomize.py of the task folder ran"
+    assert "agent_class: agentic_rl.agent:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()
+    for name in ("gateway.log", "controller.log"):
+        assert (out / "logs" / name).stat().st_mode & 0o777 == 0o600, name
+    assert (out / run_dir.LOG_FILE).stat().st_mode & 0o777 == 0o600
+    assert_run_gone(st)
+
+
+def test_model_name_reaches_the_gateway_as_text_never_interpolated(tmp_path):
+    """The real gateway, given names that used to leak the key or kill Hydra's lexer."""
+    secret = "s3cr3t-" + os.urandom(8).hex()
+    env = agl.service_env(f"test-gw-{os.getpid()}", secret)
+    for i, name in enumerate(("${oc.env:ARL_AGL_KEY}", "models/qwen\\", "it's a 'model'")):
+        logs = tmp_path / f"logs-{i}"
+        agl.stop_service(agl.start_gateway(logs, name, env, timeout=60), agl.GATEWAY_STOP_S)  # healthy
+        text = (logs / "gateway.log").read_text()
+        assert secret not in text, "the gateway resolved the model name to the key"
+        loaded = next(line for line in text.splitlines() if "Proxy config loaded" in line)
+        assert f"model_name={name}" in loaded or f"model_name=\"{name}\"" in loaded, loaded
+        assert (logs / "gateway.log").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_gateway_that_dies_at_start_is_reported_in_its_own_words(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "random.py").write_text("raise ImportError('a module named random shadows the stdlib')\n")
+    env = {**os.environ, "PYTHONPATH": f"{shadow}{os.pathsep}{SCRIPTS}", agl.KEY_ENV: "k"}
+    with pytest.raises(cli.UserError) as info:
+        agl.start_gateway(tmp_path / "logs", "m", env, timeout=60)
+    message = info.value.message
+    assert message.startswith("the gateway exited (code 1)") and "did not answer" not in message, message
+    assert "ImportError: a module named random shadows the stdlib" in message
+
+
+def test_the_job_refuses_an_interpolated_model_name_and_a_literal_env_map(example_task, tmp_path):
+    out = tmp_path / "out"
+    agent_cfg = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "model_name": "${oc.env:ARL_AGL_KEY}"}))
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-interp-{os.getpid()}")
+    st = run_dir.read_status(out)
+    assert proc.returncode == 1 and st["failed_component"] == "preflight", (proc.stderr, st)
+    assert "agent.json:model_name" in st["reason"] and "OmegaConf would resolve" in st["reason"]
+    assert not (out / "logs" / "gateway.log").exists()
+    # env_map through a `--` override: the preflight checks config.json merged with the overrides.
+    (example_task / "agent.json").write_text(json.dumps(agent_cfg))
+    proc = run_module("training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
+                      "--run-id", f"test-envmap-{os.getpid()}", "--",
+                      "+agentlightning.local.env_map.BROWSER=touch-me")
+    st = run_dir.read_status(out)
+    assert proc.returncode == 1 and st["failed_component"] == "preflight", (proc.stderr, st)
+    assert "agentlightning.local.env_map.BROWSER" in st["reason"] and "not an input path" in st["reason"]

@@ -101,7 +101,18 @@ def test_input_folder_is_never_modified(example_task, capsys, monkeypatch):
 # --------------------------------------------------------------------------- one defect each
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [c for c in CASES if c.status == "warn"], ids=lambda c: c.id)
+def test_warning_case(case, example_task, capsys):
+    case.apply(example_task)
+    code, env, err = run_json(capsys, str(example_task), *case.args)
+    assert code == 0, fails(env)
+    warned = [c for c in env["checks"] if c["status"] == "warn"]
+    for where, text in case.expect:
+        assert [c for c in warned if c["where"] == where and text in c["message"] and c["hint"]], warned
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.status == "fail"], ids=lambda c: c.id)
 def test_defect_case(case, example_task, capsys):
     case.apply(example_task)
     code, env, err = run_json(capsys, str(example_task), *case.args)
@@ -126,8 +137,9 @@ def test_defect_case(case, example_task, capsys):
 
 
 def test_there_are_enough_defect_cases():
-    assert len(CASES) >= 75  # grows with every bad input found and handled; never shrinks
+    assert len(CASES) >= 96  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
+    assert {c.status for c in CASES} == {"fail", "warn"}
 
 
 def test_first_20_defects_shown_and_all_counted(example_task, capsys):
@@ -370,3 +382,94 @@ def test_large_finite_rewards_keep_a_finite_mean(example_task, capsys):
     code, env, _ = run_json(capsys, str(example_task))
     assert code == 0, fails(env)
     assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (3e38, -3e38)
+
+
+# --------------------------------------------------------------------------- what the judge leaves behind
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_processes_a_judge_leaves_are_killed_and_reported(example_task, tmp_path, capsys):
+    pids = tmp_path / "pids"
+    # A plain child, one in its own session, and a double-forked daemon: none may outlive the probe.
+    (example_task / "judge.py").write_text(textwrap.dedent(f"""\
+        import os, subprocess
+        a = subprocess.Popen(["sleep", "300"])
+        b = subprocess.Popen(["sleep", "301"], start_new_session=True)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pids)!r} + ".daemon", "w").write(str(os.getpid()))
+                import time; time.sleep(300)
+            os._exit(0)
+        open({str(pids)!r}, "w").write(f"{{a.pid}} {{b.pid}}")
+        def compute_reward(response, ground_truth, metadata):
+            return float(bool(response))
+        """))
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "2")
+    assert code == 1
+    left = [int(p) for p in pids.read_text().split()] + [int((tmp_path / "pids.daemon").read_text())]
+    assert all(gone(pid) for pid in left), [p for p in left if not gone(p)]
+    check = next(c for c in fails(env) if "left" in c["message"])
+    assert check["where"] == "judge.py" and "3 process(es)" in check["message"]
+    assert {p["pid"] for p in check["details"]["killed"]} == set(left)
+    assert {p["pid"] for p in env["data"]["judge"]["killed"]} == set(left)
+
+
+def test_a_judge_that_deletes_train_jsonl_is_caught(example_task, capsys):
+    (example_task / "judge.py").write_text("import os\nos.remove(os.path.join(os.path.dirname(__file__), "
+                                           "'train.jsonl'))\n" + JUDGE_HEAD + "    return float(bool(response))\n")
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 1 and not (example_task / "train.jsonl").exists()
+    check = next(c for c in fails(env) if c["name"] == "judge.py")
+    assert check["message"] == "the task folder changed while judge.py ran: train.jsonl removed"
+    assert check["details"]["changed"] == ["train.jsonl removed"]
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_caught(example_task, capsys):
+    # Same length, mtime put back: the hash (and ctime) still tell.
+    (example_task / "judge.py").write_text(textwrap.dedent("""\
+        import os
+        p = os.path.join(os.path.dirname(__file__), "test.jsonl")
+        st = os.stat(p)
+        data = open(p, "rb").read()
+        open(p, "wb").write(data.replace(b"arith", b"ARITH", 1))
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+        def compute_reward(response, ground_truth, metadata):
+            return float(bool(response))
+        """))
+    code, env, _ = run_json(capsys, str(example_task))
+    assert code == 1
+    assert "test.jsonl modified" in next(c for c in fails(env) if c["name"] == "judge.py")["message"]
+
+
+def test_a_task_folder_with_a_fifo_is_still_probed(example_task, capsys):
+    os.mkfifo(example_task / "pipe")  # the snapshot must never open it (it would block)
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "1")
+    assert code == 0, fails(env)
+
+
+def test_agent_class_in_the_task_folder_imports_after_the_stdlib(example_task, capsys):
+    # my_agent.py imports a helper from the task folder and `random`, which a random.py there must not replace.
+    (example_task / "random.py").write_text("raise ImportError('the task folder random.py was imported')\n")
+    (example_task / "helper_mod.py").write_text("NAME = 'helper'\n")
+    (example_task / "my_agent.py").write_text("import random, helper_mod\nrandom.randint(1, 2)\n"
+                                              "class Agent:\n    def run(self):\n        return None\n")
+    (example_task / "agent.json").write_text('{"model_name": "m", "agent_class": "my_agent:Agent"}\n')
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "1")
+    assert code == 0, fails(env)
+    ok = [c["message"] for c in env["checks"] if c["where"] == "agent.json:agent_class"]
+    assert ok == ["agent_class my_agent:Agent imports: my_agent.Agent"]
+    warned = [c["where"] for c in env["checks"] if c["status"] == "warn"]
+    assert "random.py" in warned and "helper_mod.py" not in warned and "my_agent.py" not in warned
+
+
+def test_an_agent_class_that_hangs_at_import_times_out(example_task, capsys):
+    (example_task / "slow_agent.py").write_text("import time\ntime.sleep(300)\n")
+    (example_task / "agent.json").write_text('{"model_name": "m", "agent_class": "slow_agent:Agent"}\n')
+    code, env, _ = run_json(capsys, str(example_task), "--judge-timeout", "1", "--sample", "1")
+    assert code == 1
+    check = next(c for c in fails(env) if c["where"] == "agent.json:agent_class")
+    assert "no answer within 1 s" in check["message"]

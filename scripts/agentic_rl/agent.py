@@ -8,6 +8,7 @@ Agent Lightning's controller starts one Python process per rollout and calls
     ARL_INPUT_DIR        the task folder: task.goal, agent.json (system_prompt, max_tokens), judge.py
     ARL_OUTPUT_DIR       where judge_errors.jsonl is appended
     ARL_MODEL_TIMEOUT_S  seconds for the model call (main.py sets it below the rollout timeout)
+    ARL_AGENT_CLASS      agent.json's agent_class, run by TaskFolderAgent (below) when set there
     AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL   set by the controller for this rollout
 
 It renders task.goal with the row, adds system_prompt, calls chat/completions through the
@@ -15,6 +16,8 @@ gateway, scores the reply with judge.compute_reward(response, ground_truth, meta
 `reward` event. A judge that raises or returns NaN / a non-number gives reward 0 with a reason,
 a line in judge_errors.jsonl, and exit 0: one bad sample must not stop training. A failed model
 call posts reward 0 with its reason and fails the rollout (exit 1), so it shows in the counts.
+The judge runs in a forked child, so sys.exit/os._exit in it is a judge error too. The task
+folder is put on sys.path after the standard library (the services never see it).
 
 Only the standard library is imported (urllib, not httpx/openai): every rollout pays for it.
 Run by hand for one rollout (what bench/launch_bench.py times):
@@ -70,16 +73,55 @@ def response_content(answer: dict) -> str:
     return content if isinstance(content, str) else ""
 
 
-def score(input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
-    """(reward, reason): reason is None when the judge gave a number, else why the reward is 0."""
+def _score_here(input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
     try:
         judge = task.load_judge(input_dir)
         value = judge(response, row.get("ground_truth"), row.get("metadata") or {})
         return task.coerce_reward(value), None
     except cli.UserError as exc:
         return 0.0, f"judge error: {exc.message}"
-    except Exception as exc:  # the judge is user code: any failure is one sample's, not the run's
+    except SystemExit as exc:
+        return 0.0, f"judge error: judge.py called sys.exit({exc.code!r})"
+    except BaseException as exc:  # the judge is user code: any failure is one sample's, not the run's
         return 0.0, f"judge error: {type(exc).__name__}: {exc}"[:500]
+
+
+def score(input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
+    """(reward, reason): reason is None when the judge gave a number, else why the reward is 0.
+
+    The judge runs in a forked child that sends its answer back through a pipe: a judge that
+    calls os._exit, kills itself or crashes in C ends that child, not this rollout, and is a
+    judge error with the way it ended (a fork costs about a millisecond; a rollout is one call)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the agent
+        code = 0
+        try:
+            os.close(read_end)
+            result = _score_here(input_dir, response, row)
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(result))
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
+            code = 70
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        raw = answer.read()
+    _, status = os.waitpid(pid, 0)
+    if raw:
+        reward, reason = json.loads(raw)
+        return float(reward), reason
+    if os.WIFSIGNALED(status):
+        import signal
+
+        how = f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    else:
+        how = f"exited with code {os.WEXITSTATUS(status)} (os._exit?)"
+    return 0.0, f"judge error: the judge's process {how} inside judge.py before it returned a reward"
 
 
 def log_judge_error(output_dir: str, rollout_id: str, row: dict, reason: str) -> None:
@@ -126,13 +168,51 @@ def run_rollout(env: dict | None = None) -> int:
     return code
 
 
+def report_error(exc: BaseException) -> None:
+    """One tagged line on stderr (the controller's log): the rehearsal quotes it as the reason."""
+    rollout = _rollout_id(os.environ.get("AGL_EVENT_URL", ""))
+    print(f"arl_agent rollout={rollout} error={type(exc).__name__}: {exc}"[:600], file=sys.stderr, flush=True)
+
+
 class TemplateJudgeAgent:
     """Agent Lightning agent_class: `agentic_rl.agent:TemplateJudgeAgent` (scripts/ on PYTHONPATH)."""
 
     def run(self) -> None:
-        code = run_rollout()
+        try:
+            code = run_rollout()
+        except Exception as exc:
+            report_error(exc)
+            raise
         if code:
             raise SystemExit(code)  # the worker wrapper maps a non-zero exit to a FAILED rollout
+
+
+AGENT_CLASS_ENV = "ARL_AGENT_CLASS"
+
+
+async def _reported(result):
+    try:
+        return await result
+    except Exception as exc:
+        report_error(exc)
+        raise
+
+
+class TaskFolderAgent:
+    """agent_class of a run whose agent.json names its own: imports $ARL_AGENT_CLASS with the task
+    folder on sys.path after the standard library (task.add_task_path), then runs it as the
+    controller would. A class that does not import fails the rollout with its own error, tagged."""
+
+    def run(self):
+        import inspect
+
+        try:
+            agent = task.load_agent_class(os.environ[AGENT_CLASS_ENV], os.environ["ARL_INPUT_DIR"])()
+            result = agent.run()
+        except Exception as exc:
+            report_error(exc)
+            raise
+        return _reported(result) if inspect.isawaitable(result) else result
 
 
 def main(argv: list[str] | None = None) -> int:

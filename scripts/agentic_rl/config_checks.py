@@ -22,6 +22,7 @@ import fnmatch
 import functools
 import json
 import math
+import re
 from typing import Any
 
 from agentic_rl.cli import Check
@@ -249,6 +250,37 @@ def _unknown(key: str, path: str, siblings: list[str], source: str) -> Check:
                  {"keys": [path], "verl": "never", "source": source})
 
 
+# --------------------------------------------------------------------------- agentlightning.local.env_map
+
+ENV_MAP = "agentlightning.local.env_map"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Read by the interpreter, the loader or this run itself: a row must not set them for an agent.
+_RESERVED_ENV = re.compile(r"^(PYTHON|LD_|ARL_|AGL_|EVO_)")
+
+
+def env_map_checks(cfg: dict, source: str = "config.json") -> list[Check]:
+    """env_map copies row fields into each agent's environment: {"NAME": "input.<field>"}. Agent
+    Lightning passes any other value through as a literal, so config.json alone could set any
+    variable (PYTHONWARNINGS, BROWSER...) of every agent: only input paths are accepted."""
+    env_map = _walk(cfg, ENV_MAP.split("."))
+    if env_map is _ABSENT or env_map is None or not isinstance(env_map, dict):
+        return []  # absent, or a wrong type the schema reports
+    out = []
+    for name, value in env_map.items():
+        where = f"{ENV_MAP}.{name}"
+        details = {"keys": [where], "source": source}
+        if not isinstance(value, str) or not (value == "input" or value.startswith("input.")):
+            out.append(Check("env-map", "fail", f"{where}: {json.dumps(value)} is not an input path: Agent Lightning "
+                             "would set it as a literal value in every agent's environment",
+                             f'map the variable to a row field, e.g. "{name}": "input.<field>", or set it in the '
+                             "environment of start_training.sh instead", where, details))
+        elif not _ENV_NAME.match(str(name)) or _RESERVED_ENV.match(str(name)):
+            out.append(Check("env-map", "fail", f"{where}: {name!r} is not a variable a row may set (a name that the "
+                             "Python interpreter, the dynamic loader or this run reads: PYTHON*, LD_*, ARL_*, AGL_*, "
+                             "EVO_*, or not a plain name)", "use a name of your own, e.g. TASK_FIELD", where, details))
+    return out
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -261,7 +293,7 @@ def check_config(cfg: dict, *, source: str = "config.json", gpus: int | None = N
         return [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
                       'e.g. {"data": {"train_batch_size": 8}}', source)]
     checks = (schema_checks(cfg, source) + non_finite_checks(cfg, source) + interpolation_checks(cfg, source)
-              + key_checks(cfg, source))
+              + key_checks(cfg, source) + env_map_checks(cfg, source))
     work = copy.deepcopy(cfg)
     if gpus is not None:
         trainer = work.get("trainer") if isinstance(work.get("trainer"), dict) else {}

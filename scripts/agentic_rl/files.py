@@ -194,3 +194,61 @@ def read_json_file(path: str | os.PathLike) -> Any:
         return parse_json_strict(text)
     except JSONProblem as exc:
         raise UserError(f"{path}{exc.where()}: {exc.message}", exc.hint) from None
+
+
+HASHED_BYTES = 1 << 20  # files up to 1 MiB are hashed as well: an edit that restores size and mtime shows
+TREE_LIMIT = 20000  # entries looked at; a bigger task folder is compared on its first 20000
+
+
+def tree_state(root: str | os.PathLike) -> dict[str, tuple]:
+    """Every entry under root (symlinks not followed): relative path -> (kind, size, mtime_ns,
+    ctime_ns, inode, sha256 of a small file). ctime changes on any write and cannot be set back."""
+    import hashlib
+    import stat
+
+    root = Path(root)
+    state: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in [*dirnames, *sorted(filenames)]:
+            if len(state) >= TREE_LIMIT:
+                return state
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            kind = ("dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode)
+                    else "file" if stat.S_ISREG(st.st_mode) else "special")  # never read a FIFO
+            digest = None
+            if kind == "file" and st.st_size <= HASHED_BYTES:
+                try:
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    digest = "unreadable"
+            state[str(path.relative_to(root))] = (kind, st.st_size if kind == "file" else 0, st.st_mtime_ns,
+                                                  st.st_ctime_ns, st.st_ino, digest)
+    return state
+
+
+def tree_changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """What changed between two tree_state()s, one phrase per path: 'train.jsonl removed',
+    'notes.txt added', 'test.jsonl modified (size 2048 -> 4096)'."""
+    out = []
+    for path in sorted(before.keys() | after.keys()):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        if new is None:
+            out.append(f"{path} removed")
+        elif old is None:
+            out.append(f"{path} added")
+        elif old[0] != new[0]:
+            out.append(f"{path} replaced ({old[0]} -> {new[0]})")
+        elif old[0] == "dir":
+            continue  # its entries say what changed; a dir's own mtime follows them
+        elif old[1] != new[1]:
+            out.append(f"{path} modified (size {old[1]} -> {new[1]})")
+        else:
+            out.append(f"{path} modified")
+    return out

@@ -14,10 +14,14 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
     ray_kwargs.ray_init.runtime_env.env_vars   VERL's defaults (get_ppo_ray_runtime_env: run_ppo merges
                                       runtime envs shallowly, so a user env_vars would drop them), then
                                       the user's, then VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
-    agentlightning.local.agent_class  agent.json agent_class, else agentic_rl.agent:TemplateJudgeAgent
+    agentlightning.local.agent_class  agentic_rl.agent:TemplateJudgeAgent, or with agent.json's
+                                      agent_class agentic_rl.agent:TaskFolderAgent, which imports that
+                                      class (ARL_AGENT_CLASS) with the task folder on sys.path after the
+                                      standard library: the services' PYTHONPATH never has the task folder
     agentlightning.local.env_map      ARL_ROW <- input.arl_row: each row travels as ONE JSON string,
                                       so rows of any shape make one Arrow schema in datasets; its
-                                      extra_info.index is its line position (LoadedDataset's rollout index)
+                                      extra_info.index is its line position (LoadedDataset's rollout index);
+                                      every other entry must be an input path (a literal value is refused)
     agentlightning.agl_base_url/key   this run's gateway (the key is redacted in resolved_config.yaml)
     trainer.resume_mode               auto with --resume (refused without a checkpoint); disable for a
                                       fresh start, which is refused on a folder that has checkpoints
@@ -42,6 +46,7 @@ from typing import Any
 from agentic_rl import cli, files, run_dir, task
 
 BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
+TASK_FOLDER_AGENT = "agentic_rl.agent:TaskFolderAgent"
 ROW_ENV = "ARL_ROW"
 ROW_FIELD = "arl_row"
 
@@ -225,9 +230,14 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
     env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
-    _set(cfg, "agentlightning.local.agent_class", agent.get("agent_class") or BUNDLED_AGENT)
-    _set(cfg, "agentlightning.local.env_map", {**(_get(cfg, "agentlightning.local.env_map") or {}),
-                                               ROW_ENV: f"input.{ROW_FIELD}"})
+    _set(cfg, "agentlightning.local.agent_class", TASK_FOLDER_AGENT if agent.get("agent_class") else BUNDLED_AGENT)
+    env_map = _get(cfg, "agentlightning.local.env_map") or {}
+    from agentic_rl import config_checks
+
+    for check in config_checks.env_map_checks({"agentlightning": {"local": {"env_map": env_map}}}, "the config"):
+        if check.status == "fail":
+            raise Failure("config", f"{check.message}; {check.hint}"[:400])
+    _set(cfg, "agentlightning.local.env_map", {**env_map, ROW_ENV: f"input.{ROW_FIELD}"})
     _set(cfg, "agentlightning.agl_base_url", "http://127.0.0.1:0")  # the real URL once the gateway is up
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
@@ -247,10 +257,13 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     tuning = agl.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse)
     timeout = float(_get(cfg, "agentlightning.rollout_timeout_seconds", 1800) or 1800)
     scripts = str(cli.SCRIPTS_DIR)
+    # The controller hands its own environment to every agent: scripts/ only, never the task folder
+    # (agents add it after the standard library themselves; a sitecustomize.py there runs nowhere).
     agent_env = {"ARL_INPUT_DIR": str(run.input_dir), "ARL_OUTPUT_DIR": str(out),
                  "ARL_MODEL_TIMEOUT_S": str(max(5.0, timeout - 15.0)),
-                 "PYTHONPATH": os.pathsep.join(p for p in (scripts, str(run.input_dir), os.environ.get("PYTHONPATH"))
-                                               if p)}
+                 "PYTHONPATH": os.pathsep.join(p for p in (scripts, os.environ.get("PYTHONPATH")) if p)}
+    if agent.get("agent_class"):
+        agent_env["ARL_AGENT_CLASS"] = agent["agent_class"]
     joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)

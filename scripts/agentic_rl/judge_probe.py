@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentic_rl import cli, task
+from agentic_rl import cli, files, task
 from agentic_rl.cli import Check
 from agentic_rl.edge import procs
 
@@ -182,36 +182,62 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0) -> dict:
-    """Import and call the judge in a child. samples: (where, row) pairs with ground_truth.
+MARKER_ENV = "ARL_PROBE_MARKER"
 
-    Returns {"outcome": done|error|timeout|exited, "signature", "error" (error outcome), "pending"
-    (the step that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
-    "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail"}.
+
+def _run_child(input_dir: Path, entry: str, args: list[str], timeout: float, cwd: str) -> dict:
+    """Run judge_probe.<entry>() in a child (its own session, cwd `cwd`) and read its JSON lines.
+
+    The child carries MARKER_ENV=<a fresh token>: afterwards every process still carrying it (what
+    the user's code started, in its own session or reparented) is killed and reported, whatever
+    the outcome. The task folder is compared before and after (files.tree_state): the user's code
+    must not change it. Returns {"events", "outcome", "exit_code", "stderr_tail", "killed", "changed"}.
     """
-    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {})} for w, r in samples]
+    import secrets
+
     code = (f"import sys; sys.path.insert(0, {str(cli.SCRIPTS_DIR)!r}); from agentic_rl import judge_probe; "
-            "sys.exit(judge_probe.child_main())")
-    with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp, tempfile.TemporaryFile() as err:
-        rows_file = Path(tmp) / "rows.json"
-        rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-        proc = subprocess.Popen(
-            [sys.executable, "-B", "-X", "faulthandler", "-c", code, str(input_dir), str(rows_file)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=tmp,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True,
-        )
-        outcome = "exited"
+            f"sys.exit(judge_probe.{entry}())")
+    marker = secrets.token_hex(12)
+    before = files.tree_state(input_dir)
+    # PYTHONSAFEPATH: no cwd on sys.path, as in an agent (the task folder comes after the stdlib).
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1", MARKER_ENV: marker}
+    events: list[dict] = []
+    outcome = "exited"
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-B", "-X", "faulthandler", "-c", code, str(input_dir), *args],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=cwd, env=env,
+                                start_new_session=True)
         try:
             events, outcome = _read_events(proc, timeout)
         finally:
             # A child that answered gets time to exit; one that hung (or an interrupt here) is killed now.
             _stop(proc, grace={"done": timeout, "error": timeout, "exited": 5.0}.get(outcome, 0.0))
             proc.stdout.close()  # type: ignore[union-attr]
+            killed = procs.kill_marked(MARKER_ENV, marker)
         stderr_tail = _tail(err)
+    changed = files.tree_changes(before, files.tree_state(input_dir))
+    return {"events": events, "outcome": outcome, "exit_code": proc.returncode, "stderr_tail": stderr_tail,
+            "killed": killed, "changed": changed}
+
+
+def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0) -> dict:
+    """Import and call the judge in a child. samples: (where, row) pairs with ground_truth.
+
+    Returns {"outcome": done|error|timeout|exited, "signature", "error" (error outcome), "pending"
+    (the step that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
+    "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail", "killed" (processes the judge
+    left behind, killed), "changed" (what changed in the task folder)}.
+    """
+    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {})} for w, r in samples]
+    with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp:
+        rows_file = Path(tmp) / "rows.json"
+        rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+        run = _run_child(input_dir, "child_main", [str(rows_file)], timeout, tmp)
+    events, outcome = run["events"], run["outcome"]
     calls = [e for e in events if e.get("event") == "call"]
-    result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": proc.returncode,
+    result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": run["exit_code"],
                     "signature": next((e["signature"] for e in events if e.get("event") == "loaded"), None),
-                    "stderr_tail": stderr_tail}
+                    "stderr_tail": run["stderr_tail"], "killed": run["killed"], "changed": run["changed"]}
     if outcome == "error":
         result["error"] = {k: events[-1].get(k) for k in ("phase", "message", "hint", "where")}
     if outcome in ("timeout", "exited") and len(calls) < 2 * len(rows):
@@ -237,14 +263,37 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     return result
 
 
+def guard_checks(result: dict, name: str, where: str, what: str) -> list[Check]:
+    """Failures for what the user's code did outside its call: processes left running, the task folder changed."""
+    checks = []
+    if result.get("killed"):
+        shown = ", ".join(f"pid {p['pid']} ({p['cmdline'] or '?'})" for p in result["killed"][:5])
+        more = f" and {len(result['killed']) - 5} more" if len(result["killed"]) > 5 else ""
+        checks.append(Check(name, "fail", f"{what} left {len(result['killed'])} process(es) running after the probe, "
+                            f"now killed: {shown}{more}",
+                            "every rollout runs this code again, so each would leave them too: wait for what it "
+                            "starts (subprocess.run), or start nothing at import", where,
+                            {"killed": result["killed"]}))
+    if result.get("changed"):
+        shown = "; ".join(result["changed"][:10])
+        more = f"; and {len(result['changed']) - 10} more" if len(result["changed"]) > 10 else ""
+        checks.append(Check(name, "fail", f"the task folder changed while {what} ran: {shown}{more}",
+                            "task code runs in every rollout and must not write into the task folder (write to a "
+                            "temporary folder); restore the files, then validate again: the checks above read "
+                            "them before the change", where, {"changed": result["changed"]}))
+    return checks
+
+
 def judge_checks(result: dict, debug: bool = False) -> list[Check]:
     """Turn probe() into the judge.py rows of the summary table."""
     name = "judge.py"
     tail = f" (stderr: {result['stderr_tail'][-500:]})" if debug and result.get("stderr_tail") else ""
+    guarded = guard_checks(result, name, name, "judge.py")
     if result["outcome"] == "error":
         err = result["error"]
-        return [Check(name, "fail", err["message"] + tail, err.get("hint") or HINT, err.get("where") or name)]
-    checks: list[Check] = []
+        return [Check(name, "fail", err["message"] + tail, err.get("hint") or HINT, err.get("where") or name),
+                *guarded]
+    checks: list[Check] = list(guarded)
     if result["outcome"] == "timeout":
         checks.append(Check(name, "fail", f"no answer within the timeout while {result.get('pending', 'finishing')};"
                             " the judge process was killed" + tail,
@@ -281,4 +330,59 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
                 checks.append(Check(name, "warn", message + ": the oracle does not score higher",
                                     "the judge probably cannot read its own ground truth; check how it parses "
                                     "the response", name))
+    return checks
+
+
+# --------------------------------------------------------------------------- agent.json agent_class
+
+
+def agent_child_main() -> int:
+    """The child of probe_agent_class: argv is INPUT_DIR SPEC. Imports the class as the run's agents
+    do (task.load_agent_class: the task folder after the stdlib) and says done or error."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    input_dir, spec = sys.argv[1], sys.argv[2]
+    try:
+        loaded = task.load_agent_class(spec, input_dir)
+        event = {"event": "done", "class": f"{loaded.__module__}.{loaded.__qualname__}"}
+    except BaseException as exc:  # noqa: BLE001 - user code: SystemExit at import too
+        event = {"event": "error", "message": _describe(exc)}
+    out.write(json.dumps(event, default=repr) + "\n")
+    out.flush()
+    return 0
+
+
+def probe_agent_class(input_dir: Path, spec: str, timeout: float = 30.0) -> dict:
+    """Import agent.json's agent_class in a child, with the judge's guards. Returns _run_child's
+    fields plus "message" (the error) when the outcome is not done.
+
+        >>> from agentic_rl.cli import BUNDLE_DIR
+        >>> probe_agent_class(BUNDLE_DIR / "assets/example", "os:system", timeout=10)["message"]
+        'TypeError: os:system is a builtin_function_or_method, not a class (the controller calls system().run())'
+    """
+    with tempfile.TemporaryDirectory(prefix="arl-agent-") as tmp:
+        run = _run_child(input_dir, "agent_child_main", [spec], timeout, tmp)
+    last = run["events"][-1] if run["events"] else {}
+    if run["outcome"] == "error":
+        run["message"] = last.get("message")
+    elif run["outcome"] == "timeout":
+        run["message"] = f"importing it gave no answer within {timeout:g} s"
+    elif run["outcome"] == "exited":
+        lines = [ln for ln in run["stderr_tail"].splitlines() if ln.strip()]
+        run["message"] = f"the import ended the process (code {run['exit_code']})" + (f": {lines[-1]}" if lines else "")
+    else:
+        run["class"] = last.get("class")
+    return run
+
+
+def agent_class_checks(result: dict, name: str, spec: str) -> list[Check]:
+    where = f"{name}:agent_class"
+    checks = guard_checks(result, name, where, f"importing agent_class {spec}")
+    if result["outcome"] != "done":
+        checks.insert(0, Check(name, "fail", f"agent_class {spec!r} cannot be used: {result['message']}",
+                               "name an importable class with a run() method, constructed without arguments: a "
+                               "module in the task folder or installed (e.g. \"my_agents:SolverAgent\" for "
+                               "my_agents.py), or remove agent_class to use the bundled agent", where))
+    elif not checks:
+        checks.append(Check(name, "ok", f"agent_class {spec} imports: {result['class']}", where=where))
     return checks

@@ -288,6 +288,8 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
     log_path = output_dir / run_dir.LOG_FILE
+    os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))  # 0600: the job's output may quote secrets
+    os.chmod(log_path, 0o600)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {mode}, "
                   f"GPUs {','.join(map(str, gpus)) if gpus else 'none'} ===\n")

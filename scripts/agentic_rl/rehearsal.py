@@ -295,6 +295,47 @@ def report(results: list[dict], timings: dict, extra: dict) -> dict:
             "rollouts": len(results), "splits": by_split, "timings": timings, **extra, "rows": results}
 
 
+def agent_error(log_path: Path, rollout_id: str) -> str | None:
+    """One rollout's agent in its own words: the tagged line agent.report_error wrote to its stderr,
+    which is the controller's log (`arl_agent rollout=ID error=...`); None when it left none."""
+    tag = f"arl_agent rollout={rollout_id} error="
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            found = [line.split(tag, 1)[1].strip() for line in fh if tag in line]
+    except OSError:
+        return None
+    return found[-1] if found else None
+
+
+def add_agent_errors(results: list[dict], log_path: Path) -> None:
+    """Each failed rollout gets "agent_error": what its agent said before it died (the controller's own
+    reason is only 'subprocess exited with code 1')."""
+    for row in results:
+        if row["state"] != "succeeded":
+            row["agent_error"] = agent_error(log_path, row["rollout_id"])
+
+
+def verdict(rep: dict) -> str | None:
+    """Why the rehearsal failed, or None: a failed rollout, or one that ended without a reward (an
+    agent that exited before posting it). A rehearsal is never completed without rewards."""
+    rows = rep["rows"]
+    failed = [r for r in rows if r["state"] != "succeeded"]
+    if failed:
+        first = failed[0]
+        why = "; ".join(dict.fromkeys(w for w in (first.get("reason"), first.get("error")) if w)) or "no reason given"
+        own = first.get("agent_error")
+        if own and own not in why:
+            why += f"; the agent said: {own}"
+        return f"{len(failed)} of {len(rows)} rollouts failed; first: row {first['row_id']}: {why}"
+    silent = [r for r in rows if r["reward"] is None]
+    if silent or not rows:
+        first = silent[0] if silent else None
+        return (f"{len(silent)} of {len(rows)} rollouts ended without a reward"
+                + (f"; first: row {first['row_id']} (rollout {first['rollout_id']})" if first else "")
+                + ": the agent exited before it posted one (see logs/controller.log)")
+    return None
+
+
 def metrics_lines(rep: dict) -> list[dict]:
     """The rehearsal in VERL's file-logger format, so check_status and run_health read it like a run."""
     lines = []

@@ -156,10 +156,47 @@ def load_agent_config(input_dir: Path) -> dict:
     return obj
 
 
+def add_task_path(input_dir: str | os.PathLike) -> None:
+    """Put the task folder on sys.path AFTER the standard library and the installed packages, in
+    the process that runs task code (an agent, a probe child): its helper modules import, and a
+    helper named like a stdlib module (random.py) cannot replace the real one. The services never
+    get this path; nor is it on PYTHONPATH, so a sitecustomize.py there runs nowhere."""
+    import sys
+
+    folder = str(Path(input_dir).resolve())
+    if folder not in sys.path:
+        sys.path.append(folder)
+
+
+def load_agent_class(spec: str, input_dir: str | os.PathLike) -> type:
+    """agent.json's agent_class ("module:Class") as Agent Lightning's local worker needs it: an
+    importable class, constructed with no arguments, with a run() method. Raises ImportError,
+    AttributeError or TypeError with the reason."""
+    import importlib
+    import inspect
+
+    add_task_path(input_dir)
+    module_name, _, class_name = spec.partition(":")
+    loaded = getattr(importlib.import_module(module_name), class_name)
+    if not isinstance(loaded, type):
+        raise TypeError(f"{spec} is a {type(loaded).__name__}, not a class (the controller calls {class_name}().run())")
+    if not callable(getattr(loaded, "run", None)):
+        raise TypeError(f"{spec} has no run() method (the controller calls {class_name}().run())")
+    try:
+        inspect.signature(loaded).bind()
+    except TypeError:
+        raise TypeError(f"{spec}{inspect.signature(loaded)} cannot be constructed without arguments "
+                        f"(the controller calls {class_name}())") from None
+    except ValueError:
+        pass  # no signature to read (a C type): its call will tell
+    return loaded
+
+
 def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
     """Import the task's judge.py by path (under a private module name) and return compute_reward."""
     import importlib.util
 
+    add_task_path(input_dir)
     path = Path(input_dir) / "judge.py"
     spec = importlib.util.spec_from_file_location("arl_task_judge", path)
     if spec is None or spec.loader is None:

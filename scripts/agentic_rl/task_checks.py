@@ -302,6 +302,19 @@ def file_checks(input_dir: Path) -> list[Check]:
     return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
 
 
+def model_name_problem(name: str) -> str | None:
+    """Why model_name cannot be a model name, or None. It reaches the gateway's Hydra config and
+    VERL's OmegaConf config: `${...}` would be resolved there (to any environment variable, the
+    run's key included) and a trailing backslash breaks Hydra's override lexer."""
+    if "${" in name:
+        return "contains ${...}, which OmegaConf would resolve (e.g. to an environment variable)"
+    if name.endswith("\\"):
+        return "ends with a backslash"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character (a newline, a tab...)"
+    return None
+
+
 def agent_checks(input_dir: Path) -> list[Check]:
     path = task.agent_config_path(input_dir)
     if path is None:
@@ -315,6 +328,11 @@ def agent_checks(input_dir: Path) -> list[Check]:
     if name == "agent.json" and (input_dir / "agent.jsonl").is_file():
         out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used",
                          "remove the one you do not mean", where=name))
+    problem = model_name_problem(cfg["model_name"])
+    if problem:
+        out.append(Check(name, "fail", f"model_name {json.dumps(cfg['model_name'])} {problem}",
+                         "write a model folder or a Hugging Face id, e.g. \"Qwen/Qwen2.5-0.5B-Instruct\" "
+                         "(check_model.py --list shows the local ones)", f"{name}:model_name"))
     agent_class = cfg.get("agent_class")
     if agent_class is not None and not (isinstance(agent_class, str) and AGENT_CLASS_RE.match(agent_class)):
         out.append(Check(name, "fail", f"agent_class {agent_class!r} is not of the form module:Class",
@@ -363,6 +381,61 @@ def model_path_check(input_dir: Path, cfg: dict | None) -> list[Check]:
                   f"remove {MODEL_PATH_KEY} from config.json, and pick the model in {agent.name} "
                   "(check_model.py --model NAME --set-agent INPUT_DIR)", MODEL_PATH_KEY,
                   {"keys": [MODEL_PATH_KEY], "config": path, "model_name": name, "used": name})]
+
+
+def _module_names(input_dir: Path) -> list[tuple[str, str]]:
+    """(module name, file) of what `import NAME` could find at the top of the task folder."""
+    import importlib.machinery
+
+    found = []
+    try:
+        entries = sorted(input_dir.iterdir())
+    except OSError:
+        return []
+    suffixes = tuple(importlib.machinery.all_suffixes())
+    for entry in entries[:5000]:
+        if entry.is_dir() and (entry / "__init__.py").is_file() and entry.name.isidentifier():
+            found.append((entry.name, entry.name + "/"))
+        elif entry.is_file() and entry.name.endswith(suffixes):
+            stem = entry.name.split(".", 1)[0]
+            if stem.isidentifier():
+                found.append((stem, entry.name))
+    return found
+
+
+def shadow_checks(input_dir: Path) -> list[Check]:
+    """Task-folder files named like a standard-library or installed module. Agents put the task
+    folder on sys.path after both, so `import random` never reaches a random.py there (and the
+    services never see it at all): warn, so a helper is not silently replaced by the real module."""
+    import importlib.machinery
+    import sys
+
+    folder = str(input_dir.resolve())
+    path = [p for p in sys.path if p and str(Path(p).resolve()) != folder]
+    out = []
+    for name, shown in _module_names(input_dir):
+        if name in ("sitecustomize", "usercustomize"):
+            out.append(Check("task folder", "warn", f"{shown} would run in every Python process that has the task "
+                             "folder on sys.path at start; no process of a run does (agents add the folder later), so "
+                             "it never runs", "move its code into judge.py or a module judge.py imports", shown,
+                             {"file": shown, "module": name}))
+            continue
+        if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+            whose = "the standard library's"
+        else:
+            try:
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                continue
+            origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+            whose = f"the installed ({origin})"
+        out.append(Check("task folder", "warn", f"{shown} is named like {whose} module {name!r}: agents import that "
+                         f"one, so `import {name}` in judge.py or agent code never reaches {shown}",
+                         f"rename it, e.g. task_{name}{shown[len(name):]}, and import it under that name", shown,
+                         {"file": shown, "module": name}))
+    return out
 
 
 def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
@@ -453,13 +526,27 @@ def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] 
             + model_path_check(input_dir, cfg))
 
 
+def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
+    """(agent.json or agent.jsonl, agent_class) when agent.json names a well-formed agent_class."""
+    path = task.agent_config_path(input_dir)
+    try:
+        spec = task.load_agent_config(input_dir).get("agent_class") if path else None
+    except UserError:
+        return None
+    return (path.name, spec) if isinstance(spec, str) and AGENT_CLASS_RE.match(spec) else None
+
+
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
              debug: bool = False, overrides: list[str] | tuple[str, ...] = ()) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json. The config
     checked is config.json with the `--` overrides applied, as start_training.sh would run it."""
     from agentic_rl import judge_probe
 
-    checks = file_checks(input_dir) + agent_checks(input_dir)
+    checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
+    named = agent_class_to_probe(input_dir)
+    if named:  # imported in a child like the judge: it is user code too
+        checks += judge_probe.agent_class_checks(judge_probe.probe_agent_class(input_dir, named[1], judge_timeout),
+                                                 *named)
     template, fields, template_checks = read_template(input_dir)
     cfg, cfg_checks = read_config(input_dir, overrides)
     batch_key, batch = train_batch_size(cfg) if cfg is not None else ("data.train_batch_size", None)

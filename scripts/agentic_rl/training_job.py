@@ -154,8 +154,7 @@ class Run:
                 return
             for svc in (self.gateway, self.controller):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
-                    self.service_failure = Failure(svc.name, f"the {svc.name} exited (code {svc.proc.returncode}): "
-                                                   f"{svc.log_tail(2)}"[:400])
+                    self.service_failure = Failure(svc.name, svc.exited_message()[:400])
                     procs.signal_self(signal.SIGUSR1)
                     return
             time.sleep(0.5)
@@ -309,6 +308,7 @@ class Run:
                           f"failed in a row: {stop.record['message']}"[:400]) from None
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
                  "wall_s": round(time.monotonic() - started, 3)}
+        rehearsal.add_agent_errors(out["results"], self.controller.log_path)
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
         try:
@@ -319,10 +319,9 @@ class Run:
             raise
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
-        if rep["failed"]:
-            first = next(r for r in rep["rows"] if r["state"] != "succeeded")
-            raise Failure(self.failure_component(watch.record), f"{rep['failed']} of {rep['rollouts']} rollouts "
-                          f"failed; first: row {first['row_id']}: {first['reason'] or first['error']}"[:400])
+        problem = rehearsal.verdict(rep)  # a failed rollout, or one that ended without a reward
+        if problem:
+            raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
 
     def failure_component(self, record: dict) -> str:
         """'model endpoint' when the first failed rollout's model call failed, else 'agent'."""

@@ -5,7 +5,10 @@ or imports agentlightning. The services run as `python -m agentlightning.server|
 with Hydra overrides, each in its own session, cwd and log under O/logs, bound to 127.0.0.1 on a
 port picked just before the start. The run's key travels only in the environment
 (ARL_AGL_KEY) and reaches Hydra as `key=${oc.env:ARL_AGL_KEY}`, so it is in no command line,
-log or Hydra file.
+log or Hydra file. The model name (user input) travels the same way (ARL_MODEL_NAME): Hydra
+never parses it, so `${oc.env:...}` in it stays literal text and a trailing backslash cannot
+break the override lexer. The services get scripts/ on PYTHONPATH and never the task folder
+(the agents add it themselves, after the standard library: agent.py). Their logs are 0600.
 
     >>> from agentic_rl.edge.agl import controller_tuning
     >>> controller_tuning(rollouts_per_step=64, cpus=2, rehearse=True)
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +36,7 @@ from agentic_rl.cli import UserError
 from agentic_rl.edge import procs
 
 KEY_ENV = "ARL_AGL_KEY"
+MODEL_ENV = "ARL_MODEL_NAME"
 HOST = "127.0.0.1"
 HEALTH_TIMEOUT_S = 60.0
 REDACTED = "***redacted***"
@@ -50,11 +55,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
-
-
-def hydra_quote(value: str) -> str:
-    """A value as a quoted Hydra override string (paths with spaces, ':' or '=' stay one value)."""
-    return "'" + str(value).replace("'", "\\'") + "'"
 
 
 def controller_tuning(rollouts_per_step: int, cpus: int, rehearse: bool) -> dict:
@@ -99,11 +99,46 @@ class Service:
             return ""
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
+    def dying_words(self) -> str:
+        return dying_words(self.log_path)
+
+    def exited_message(self) -> str:
+        """Why the service is gone, in its own words: 'the gateway exited at start (code 1): ...'."""
+        code = self.proc.returncode
+        how = f"exited (killed by signal {signal.Signals(-code).name})" if code is not None and code < 0 \
+            else f"exited (code {code})"
+        return f"the {self.name} {how}: {self.dying_words() or 'no output'}"
+
 
 def service_env(run_id: str, key: str, extra: dict | None = None) -> dict:
-    env = {**os.environ, run_dir.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1"}
+    """The services' environment: PYTHONPATH is the bundle's scripts/ only (plus the caller's own),
+    PYTHONSAFEPATH=1 so their cwd is not on sys.path either; no task-folder path reaches them."""
+    from agentic_rl import cli
+
+    env = {**os.environ, run_dir.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
     env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+        p for p in (str(cli.SCRIPTS_DIR), *(env.get("PYTHONPATH") or "").split(os.pathsep)) if p))
     return env
+
+
+_EXC = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Exit)|Fatal Python error|Traceback)\b")
+
+
+def dying_words(log_path: Path, lines: int = 3) -> str:
+    """What a service said last: from its last exception line on (Hydra's lexer error, an ImportError
+    of a shadowed module), else its last lines; one line, at most 400 characters."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    rows = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    starts = [i for i, ln in enumerate(rows) if _EXC.match(ln) and not ln.startswith("Traceback")]
+    picked = rows[starts[-1]:][:lines] if starts else rows[-lines:]
+    return " | ".join(picked)[:400]
 
 
 # Hydra writes no .hydra/ folder and no job log; with cwd O/logs and run.dir '.' it creates nothing else.
@@ -113,7 +148,10 @@ _HYDRA_QUIET = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_loggin
 def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: dict) -> subprocess.Popen:
     logs_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs_dir / f"{name}.log"
-    with open(log_path, "ab") as log:
+    # 0600: a service logs its config and the agents' output (whatever a judge prints).
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "ab") as log:
         return subprocess.Popen([sys.executable, "-m", module, *overrides, *_HYDRA_QUIET], cwd=logs_dir,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -121,21 +159,27 @@ def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: di
 
 def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = HEALTH_TIMEOUT_S,
                   tries: int = 3) -> Service:
-    """agl-server on a free 127.0.0.1 port, healthy; retried on another port when the bind fails."""
+    """agl-server on a free 127.0.0.1 port, healthy; retried on another port when the bind fails.
+    A gateway that exits during the start is reported in its own words (its last log lines)."""
     last = ""
+    env = {**env, MODEL_ENV: str(model_name)}
     for _ in range(tries):
         port = free_port()
         overrides = [f"host={HOST}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
-                     f"default_proxy.model_name={hydra_quote(model_name)}"]
+                     f"default_proxy.model_name=${{oc.env:{MODEL_ENV}}}"]
         svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env),
                       logs_dir / "gateway.log", port)
         if wait_healthy(svc, timeout):
             return svc
         last = svc.log_tail()
         bind_failed = "address already in use" in last.lower()
+        exited = svc.proc.poll() is not None
         stop_service(svc, GATEWAY_STOP_S)
-        if not bind_failed:
-            break
+        if bind_failed:
+            continue
+        if exited:
+            raise UserError(svc.exited_message() + " at start", f"read {svc.log_path}")
+        break
     raise UserError(f"the Agent Lightning gateway did not answer /healthz within {timeout:.0f} s: {last or 'no output'}",
                     f"read {logs_dir / 'gateway.log'}; check that agentlightning is installed for {sys.executable}")
 
@@ -148,8 +192,7 @@ def start_controller(logs_dir: Path, gateway: Service, tuning: dict, env: dict) 
                   logs_dir / "controller.log", extra=dict(tuning))
     time.sleep(0.2)
     if svc.proc.poll() is not None:
-        raise UserError(f"the Agent Lightning controller exited at start (code {svc.proc.returncode}): {svc.log_tail()}",
-                        f"read {svc.log_path}")
+        raise UserError(svc.exited_message() + " at start", f"read {svc.log_path}")
     return svc
 
 

@@ -30,12 +30,17 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-def process_run_id(proc: psutil.Process) -> str | None:
-    """EVO_RUN_ID from the process environment, or None when unreadable or absent."""
+def process_env(proc: psutil.Process, name: str) -> str | None:
+    """One variable of a process's environment, or None when unreadable or absent."""
     try:
-        return proc.environ().get(RUN_ID_ENV)
+        return proc.environ().get(name)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return None
+
+
+def process_run_id(proc: psutil.Process) -> str | None:
+    """EVO_RUN_ID from the process environment, or None when unreadable or absent."""
+    return process_env(proc, RUN_ID_ENV)
 
 
 def identify(pid: int | None, start_time: float | None, run_id: str | None) -> tuple[bool, str]:
@@ -63,14 +68,6 @@ def identify(pid: int | None, start_time: float | None, run_id: str | None) -> t
     if not run_id or process_run_id(proc) != run_id:
         return False, f"pid {pid} does not carry {RUN_ID_ENV}={run_id} in its environment"
     return True, "ok"
-
-
-def process_env(proc: psutil.Process, name: str) -> str | None:
-    """One variable of a process's environment, or None when unreadable or absent."""
-    try:
-        return proc.environ().get(name)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-        return None
 
 
 def find_processes(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
@@ -128,6 +125,22 @@ def process_state(pid: int) -> str | None:
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return None
     return STATE_WORDS.get(status, status)
+
+
+def kill_marked(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[dict]:
+    """SIGKILL every process carrying name=value (the marker a probe gave its child; nothing else
+    carries it), deepest first, until none is left. Returns [{"pid", "cmdline"}] of those killed."""
+    killed: dict[int, dict] = {}
+    exclude = set(exclude_pids) | {os.getpid()}
+    for _ in range(5):  # one that forks while we kill is found on the next pass
+        found = find_processes(name, value, exclude)
+        if not found:
+            break
+        for proc in found:
+            killed.setdefault(proc.pid, {"pid": proc.pid, "cmdline": cmdline(proc.pid)})
+        signal_processes(found, signal.SIGKILL)
+        psutil.wait_procs(found, timeout=2.0)
+    return list(killed.values())
 
 
 def _depth(proc: psutil.Process) -> int:

@@ -22,6 +22,10 @@ import difflib
 import sys
 from pathlib import Path
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, files, memory_fit, model_files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
 

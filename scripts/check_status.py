@@ -31,6 +31,10 @@ import sys
 import time
 from pathlib import Path
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, metrics_reader, run_dir, run_health, run_status, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 

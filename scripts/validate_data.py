@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import sys
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, task, task_checks
 from agentic_rl.cli import UserError
 

@@ -2,7 +2,8 @@
 """Gate 4: find a local model, prove it complete, estimate whether it fits, and record the choice.
 
 Usage: check_model.py --model NAME [--models-dir DIR ...] [--list] [--json]
-                      [--set-agent INPUT_DIR] [--gpus N --config config.json] [--gpu-memory-gb G]
+                      [--set-agent [INPUT_DIR] | --set-agent --input-dir INPUT_DIR]
+                      [--gpus N --config config.json] [--gpu-memory-gb G]
 
 NAME is a path, a folder under a search root (--models-dir, else $EVO_MODELS_DIR, colon-separated,
 else ~/models), or ORG/NAME in the Hugging Face cache ($HF_HOME/hub). Never touches the network.
@@ -67,7 +68,10 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--models-dir", action="append", metavar="DIR",
                         help="search root (repeatable, or colon-separated); default $EVO_MODELS_DIR, else ~/models")
     parser.add_argument("--list", action="store_true", help="list every model under the search roots")
-    parser.add_argument("--set-agent", metavar="INPUT_DIR", help="write the model into INPUT_DIR/agent.json")
+    parser.add_argument("--set-agent", nargs="?", const="", metavar="INPUT_DIR",
+                        help="write the model into INPUT_DIR/agent.json (INPUT_DIR: this value, else --input-dir, "
+                             "else $EVO_INPUT_DIR)")
+    parser.add_argument("--input-dir", metavar="INPUT_DIR", help="the task folder for --set-agent")
     parser.add_argument("--gpus", type=int, metavar="N", help="estimate the per-GPU memory on N GPUs")
     parser.add_argument("--config", metavar="FILE", help="config.json for the memory estimate")
     parser.add_argument("--gpu-memory-gb", type=float, metavar="G", help="GPU memory when NVML cannot tell")
@@ -76,7 +80,12 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def body(args) -> int:
-    roots = task.models_dirs(args.models_dir)
+    roots = task.models_dirs([d for d in args.models_dir or [] if d] or None)  # an empty value: the default
+    if args.set_agent and args.input_dir and args.set_agent != args.input_dir:
+        raise UserError(f"two task folders given: --set-agent {args.set_agent} and --input-dir {args.input_dir}",
+                        "pass one of them", cli.EXIT_USAGE)
+    if args.input_dir and args.set_agent is None:
+        raise UserError("--input-dir names the task folder for --set-agent", "add --set-agent", cli.EXIT_USAGE)
     hub = model_files.hf_hub_dir()
     if not args.model and not args.list:
         raise UserError("nothing to do", "pass --model NAME or --list", cli.EXIT_USAGE)
@@ -104,8 +113,8 @@ def body(args) -> int:
         cfg = files.read_json_file(args.config) if args.config else {}
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))
-    if info["complete"] and args.set_agent:
-        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), args.model))
+    if info["complete"] and args.set_agent is not None:  # "" ("$EVO_INPUT_DIR" unset): --input-dir or the default
+        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent or args.input_dir), args.model))
     if not args.list:
         lines.append(cli.render_table([row(args.model, info)]))
     fit = data.get("memory_fit")

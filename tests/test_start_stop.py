@@ -179,10 +179,33 @@ def test_training_without_gpus_flag_asks_check_gpu_and_stops_without_nvml(exampl
     assert "Error:" in proc.stderr and not (out / run_dir.STATUS_FILE).exists()
 
 
-def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs):
+def test_gpus_flag_without_a_driver_is_exit_3_before_anything_starts(example_task, tmp_path):
+    out = tmp_path / "out"
+    proc = start(example_task, out, "--gpus", "0,3")  # no NVML on a CPU machine, as check_gpu.py says
+    assert proc.returncode == 3, proc.stderr
+    assert "--gpus 0,3: no NVIDIA driver" in proc.stderr and "--rehearse" in proc.stderr
+    assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
+
+
+def test_gpus_flag_names_an_index_the_host_lacks(example_task, tmp_path, monkeypatch, capsys):
+    import fake_nvml
+
+    fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu(), fake_nvml.FakeGpu()]))
+    out = tmp_path / "out"
+    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0,3"]) == 1
+    assert "this host has no GPU 3 (it has 2: 0-1)" in capsys.readouterr().err
+    assert not (out / run_dir.STATUS_FILE).exists()
+
+
+def test_gpus_flag_reaches_main_and_its_status(example_task, tmp_path, runs, monkeypatch):
+    import fake_nvml
+
     out = tmp_path / "out"
     make_tiny_model(tmp_path / "models" / "Qwen" / "Qwen2.5-0.5B-Instruct")  # the model check passes
-    start(example_task, out, "--gpus", "0", env={"ARL_START_WAIT_S": "1"})
+    fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()]))  # the launcher's: GPU 0 exists
+    monkeypatch.setenv("ARL_START_WAIT_S", "60")  # watched to its end: the trainer import fails before "running"
+    # No trainer here (no torch): a missing package, so exit 3 as the job's, not 1.
+    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"]) == 3
     st = status(out)
     runs.append(st["run_id"])
     assert st["gpus"] == [0] and st["mode"] == "train"

@@ -48,9 +48,10 @@ example:
   bash scripts/start_training.sh --input-dir "$EVO_INPUT_DIR" --gpus 0,3 -- trainer.total_epochs=1
 
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
-1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, or too
-few free GPUs; 3 = environment missing (python, input folder, GPU driver); 4 = a live run (or its
-orphaned processes) holds the output folder."""
+1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, too
+few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
+bundle's packages, input folder, config file, GPU driver/NVML for a training start, or the job died
+early for want of a package); 4 = a live run (or its orphaned processes) holds the output folder."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -192,6 +193,25 @@ def pick_gpus(cfg: dict, config_path: Path, n: int) -> list[int]:
     return data["selected"]
 
 
+def check_gpus_exist(gpus: list[int]) -> None:
+    """--gpus on a training start: the GPU driver must be there (exit 3, as check_gpu.py answers) and each
+    index one of its GPUs (exit 1), before anything starts. Whether they are free is check_gpu.py's call."""
+    from agentic_rl.edge import nvml
+
+    shown = ",".join(map(str, gpus))
+    try:
+        count = len(nvml.read_gpus())
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"--gpus {shown}: {exc}", "training needs an NVIDIA GPU and its driver; without one, "
+                        "rehearse the launch path: bash scripts/start_training.sh --input-dir D --rehearse",
+                        EXIT_ENV) from None
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
+                        f"{count}: {'0-' + str(count - 1) if count else 'none'})",
+                        "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -254,6 +274,8 @@ def launch(args, overrides: list[str]) -> int:
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     if not args.rehearse and gpus is None:
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
+    elif not args.rehearse:
+        check_gpus_exist(gpus)
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
     log_path = output_dir / run_dir.LOG_FILE
@@ -280,7 +302,7 @@ def launch(args, overrides: list[str]) -> int:
         raise UserError(f"the job (pid {proc.pid}) exited with code {proc.returncode} within its first seconds; "
                         f"last lines of {log_path}:\n{tail.rstrip()}",
                         f"fix what the log says and start again; details: python scripts/check_status.py "
-                        f"--output-dir {output_dir}", EXIT_FAIL)
+                        f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, mode, gpus, output_dir)
     return EXIT_OK
 

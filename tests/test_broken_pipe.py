@@ -54,3 +54,33 @@ def test_the_whole_output_without_head(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPTS / "check_status.py"), "--output-dir", str(tmp_path),
                            "--lines", "3000", "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and len(json.loads(proc.stdout)["data"]["log_tail"]) == 3000
+
+
+def into_a_closed_pipe(args: list[str]) -> tuple[int, str]:
+    """Run a CLI whose stdout is a pipe nobody reads any more (its reader is gone before the CLI writes)."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, *args], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+    finally:
+        os.close(write_end)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_error_printed_into_a_closed_pipe_is_quiet(tmp_path, as_json):
+    """export_model on a folder without a checkpoint: the error itself (its envelope) meets the closed pipe."""
+    code, err = into_a_closed_pipe([str(SCRIPTS / "export_model.py"), "--output-dir", str(tmp_path),
+                                    *(["--json"] if as_json else [])])
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert code == (128 + 13 if as_json else 1)  # text: the error goes to stderr, stdout stays empty
+
+
+def test_a_small_output_into_a_closed_pipe_is_quiet(tmp_path):
+    """Output small enough to sit in the buffer until exit: flushed inside run_cli, not at interpreter exit."""
+    a_run_with_a_long_log(tmp_path)
+    code, err = into_a_closed_pipe([str(SCRIPTS / "check_status.py"), "--output-dir", str(tmp_path), "--lines", "1"])
+    assert code == 128 + 13 and err == ""

@@ -5,11 +5,13 @@ rehearsal's progress is its rollouts, not `step 0/?`."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
 
 import check_status
+import pytest
 from agentic_rl import files, run_dir, run_status
 from conftest import run_script
 
@@ -134,3 +136,32 @@ def test_two_real_rehearsals_in_one_folder(example_task, tmp_path):
     shown = json.loads(run_script("check_status.py", "--output-dir", str(out), "--samples", "50", "--json").stdout)
     assert {s["run_id"] for s in shown["data"]["samples"]} == {st["run_id"]}
     shutil.rmtree(out)
+
+
+@pytest.mark.parametrize("status", ["completed", "running"])
+def test_a_start_waits_for_a_finished_run_to_let_go_of_the_folder(tmp_path, status):
+    """The job writes its final status, then exits, and only its exit frees O/training.lock: a start right
+    after `completed` waits for that; a start while the run is live is refused at once (exit 4)."""
+    import subprocess
+    import sys
+
+    from agentic_rl import cli, launcher
+
+    run_dir.prepare(tmp_path)
+    files.atomic_write_json(tmp_path / run_dir.STATUS_FILE, {"status": status, "pid": 999999, "run_id": "r1",
+                                                             "proc_start_time": 1.0})
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)",
+                               str(tmp_path / run_dir.LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        if status == "completed":
+            os.close(launcher.take_lock(tmp_path))  # got it once the holder exited
+            assert holder.poll() is not None
+        else:
+            with pytest.raises(cli.UserError) as exc:
+                launcher.take_lock(tmp_path)
+            assert exc.value.code == 4 and holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()

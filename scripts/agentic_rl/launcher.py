@@ -92,15 +92,24 @@ def check_args(args) -> None:
 # --------------------------------------------------------------------------- the folder and its lock
 
 
+FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+
+
 def take_lock(output_dir: Path) -> int:
-    """flock O/training.lock without waiting; exit 4 naming the holder when another start or run has it."""
+    """flock O/training.lock; exit 4 naming the holder when another start or run has it. A run whose status
+    is already final (completed, failed, stopped) is only exiting: its lock is waited for, briefly."""
     fd = os.open(output_dir / run_dir.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise locked_message(output_dir) from None
-    return fd
+    deadline = time.monotonic() + FINISHING_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            finishing = (run_dir.read_status(output_dir) or {}).get("status") in run_dir.TERMINAL_STATES
+            if not finishing or time.monotonic() >= deadline:
+                os.close(fd)
+                raise locked_message(output_dir) from None
+            time.sleep(0.1)
 
 
 def locked_message(output_dir: Path) -> UserError:

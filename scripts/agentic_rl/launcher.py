@@ -217,7 +217,7 @@ def check_gpus_exist(gpus: list[int]) -> None:
     missing = [g for g in gpus if g >= count]
     if missing:
         raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
-                        f"{count}: {'0-' + str(count - 1) if count else 'none'})",
+                        f"{count}: {('0-' + str(count - 1) if count > 1 else '0') if count else 'none'})",
                         "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
 
 

@@ -18,6 +18,10 @@ import json
 import sys
 from pathlib import Path
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, config_checks, config_values, files
 
 

@@ -27,6 +27,10 @@ import argparse
 import os
 import sys
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, gpu_select
 from agentic_rl.cli import EXIT_USAGE, UserError
 

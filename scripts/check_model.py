@@ -2,7 +2,8 @@
 """Gate 4: find a local model, prove it complete, estimate whether it fits, and record the choice.
 
 Usage: check_model.py --model NAME [--models-dir DIR ...] [--list] [--json]
-                      [--set-agent INPUT_DIR] [--config config.json [--gpus N] [--gpu-memory-gb G]]
+                      [--set-agent [INPUT_DIR] | --set-agent --input-dir INPUT_DIR]
+                      [--config config.json [--gpus N] [--gpu-memory-gb G]]
        check_model.py --download ORG/NAME [--models-dir DIR] [--set-agent INPUT_DIR] ...
 
 NAME is a path, a folder under a search root (--models-dir, else $EVO_MODELS_DIR, colon-separated,
@@ -30,6 +31,10 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
+
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
 from agentic_rl import cli, config_values, files, memory_fit, model_files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
@@ -75,8 +80,10 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list every model under the search roots")
     parser.add_argument("--download", metavar="ORG/NAME", help="fetch ORG/NAME from the Hugging Face Hub into "
                         "ROOT/NAME (ROOT: the first search root), then check it; needs the Hub reachable")
-    parser.add_argument("--set-agent", metavar="INPUT_DIR", help="write the model's absolute folder into "
-                        "INPUT_DIR/agent.json (model_name)")
+    parser.add_argument("--set-agent", nargs="?", const="", metavar="INPUT_DIR",
+                        help="write the model's absolute folder into INPUT_DIR/agent.json (model_name; INPUT_DIR: "
+                             "this value, else --input-dir, else $EVO_INPUT_DIR)")
+    parser.add_argument("--input-dir", metavar="INPUT_DIR", help="the task folder for --set-agent")
     parser.add_argument("--gpus", type=int, metavar="N", help="estimate the per-GPU memory on N GPUs")
     parser.add_argument("--config", metavar="FILE", help="config.json: its lengths against the model's context, "
                         "and the memory estimate with --gpus")
@@ -97,7 +104,12 @@ def fetch_hint(name: str, roots: list[Path]) -> str:
 
 
 def body(args) -> int:
-    roots = task.models_dirs(args.models_dir)
+    roots = task.models_dirs([d for d in args.models_dir or [] if d] or None)  # an empty value: the default
+    if args.set_agent and args.input_dir and args.set_agent != args.input_dir:
+        raise UserError(f"two task folders given: --set-agent {args.set_agent} and --input-dir {args.input_dir}",
+                        "pass one of them", cli.EXIT_USAGE)
+    if args.input_dir and args.set_agent is None:
+        raise UserError("--input-dir names the task folder for --set-agent", "add --set-agent", cli.EXIT_USAGE)
     hf_cache = model_files.hf_hub_dir()
     if args.download:
         if args.model and args.model != args.download:
@@ -146,9 +158,9 @@ def body(args) -> int:
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))
     context_ok = data.get("context", {}).get("status") != "fail"
-    if info["complete"] and context_ok and args.set_agent:
+    if info["complete"] and context_ok and args.set_agent is not None:  # "": --input-dir, else $EVO_INPUT_DIR
         # The resolved folder, not the name: a bare name resolves only where EVO_MODELS_DIR says so.
-        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent), str(path)))
+        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent or args.input_dir), str(path)))
         data["model_name_written"] = str(path)
     if not args.list:
         lines.append(cli.render_table([row(args.model, info)]))

@@ -34,6 +34,10 @@ import sys
 import time
 from pathlib import Path
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, metrics_reader, run_dir, run_health, run_status, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
@@ -89,9 +93,14 @@ def render(data: dict) -> str:
         rows.append({"item": "reason", "value": f"the run's process is gone ({data['why']}); clean up with "
                                                 f"stop_training.py --output-dir {data['output_dir']} --force"})
     p = data["progress"]
-    rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/{p['total'] or '?'}"
-                                              f", median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
-    if p["rollouts"]:
+    if p.get("unit") == "rollouts":  # a rehearsal: no steps, its rollouts are the progress
+        r = p["rollouts"]
+        done = f"rollouts {r['completed']}/{r['enqueued']} done, {r['failed']} failed" if r else "no rollout yet"
+        rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  {done} (rehearsal)"})
+    else:
+        rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/"
+                     f"{p['total'] or '?'}, median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
+    if p["rollouts"] and p.get("unit") != "rollouts":
         r = p["rollouts"]
         rows.append({"item": "rollouts", "value": f"{r['completed']}/{r['enqueued']} of the current batch done, "
                                                   f"{r['failed']} failed"})
@@ -127,7 +136,8 @@ def plot(output_dir: Path, target: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", cli.EXIT_ENV) from None
-    history = metrics_reader.load_history(output_dir)
+    scope = run_dir.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
+    history = metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
     ckpts = run_dir.checkpoint_steps(output_dir)["steps"]
     fig = plt.figure(figsize=(12, 9))
     grid = fig.add_gridspec(3, 2, width_ratios=(2, 1))
@@ -143,7 +153,7 @@ def plot(output_dir: Path, target: Path) -> None:
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title)
         ax.legend(loc="best") if ax.get_legend_handles_labels()[0] else None
-    reward_distribution(fig.add_subplot(grid[:, 1]), samples.read(output_dir))
+    reward_distribution(fig.add_subplot(grid[:, 1]), run_status.scoped(samples.read(output_dir), scope))
     axes[-1].set_xlabel("step (dotted lines: checkpoints)")
     fig.tight_layout()
     fig.savefig(target, dpi=100)
@@ -204,8 +214,9 @@ def watch(output_dir: Path, args) -> int:
                 p, r = data["progress"], data["progress"]["rollouts"]
                 detail = f" ({data['detail']})" if data["detail"] else ""
                 rollouts = f" rollouts {r['completed']}/{r['enqueued']}" if r else ""
-                print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail} step {p['step']}/{p['total'] or '?'}"
-                      f"{rollouts} flags {len(data['flags'])}", flush=True)
+                steps = "" if p.get("unit") == "rollouts" else f" step {p['step']}/{p['total'] or '?'}"
+                print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail}{steps}{rollouts} "
+                      f"flags {len(data['flags'])}", flush=True)
             sys.stdout.flush()
             if data["status"] in run_dir.TERMINAL_STATES:
                 return run_status.exit_code(data)

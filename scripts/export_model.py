@@ -40,6 +40,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, export, run_dir, task
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 

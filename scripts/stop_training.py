@@ -36,6 +36,10 @@ from __future__ import annotations
 
 import sys
 
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
 from agentic_rl import cli, run_dir, run_stop
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Gates 1-2: check a task folder (data, template, judge, agent.json, config.json) before any GPU starts.
 
-Usage: validate_data.py [INPUT_DIR] [--json] [--sample N] [--judge-timeout S] [--gpus N] [--debug]
-                        [-- HYDRA.OVERRIDES ...]
+Usage: validate_data.py [INPUT_DIR | --input-dir INPUT_DIR] [--json] [--sample N] [--judge-timeout S] [--gpus N]
+                        [--debug] [-- HYDRA.OVERRIDES ...]
 
 INPUT_DIR defaults to $EVO_INPUT_DIR. Overrides after `--` (those you will give start_training.sh)
 are applied to config.json before its checks. Nothing in the folder is modified. Example:
@@ -26,6 +26,10 @@ skipped; line numbers count them.
 from __future__ import annotations
 
 import sys
+
+from agentic_rl import bootstrap
+
+bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
 from agentic_rl import cli, task, task_checks
 from agentic_rl.cli import UserError
@@ -51,7 +55,10 @@ def build_parser() -> cli.ArgumentParser:
                "  python scripts/validate_data.py assets/example -- trainer.total_epochs=1\n\n"
                "The task-folder contract, with every file worked out: examples.md",
     )
-    parser.add_argument("input_dir", nargs="?", metavar="INPUT_DIR", help="the task folder (default: $EVO_INPUT_DIR)")
+    parser.add_argument("input_dir", nargs="?", metavar="INPUT_DIR", help="the task folder (default: $EVO_INPUT_DIR; "
+                        "an empty value means the default)")
+    parser.add_argument("--input-dir", dest="input_dir_flag", metavar="INPUT_DIR",
+                        help="the task folder, as a flag (as start_training.sh takes it)")
     parser.add_argument("--sample", type=int, default=16, metavar="N",
                         help="train rows to call the judge on, twice each (default 16; 0 only imports it)")
     parser.add_argument("--judge-timeout", type=float, default=30.0, metavar="S",
@@ -74,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                              (args.gpus is not None and args.gpus < 1, "--gpus must be >= 1")):
             if bad:
                 raise UserError(message, "run `validate_data.py --help` for usage", cli.EXIT_USAGE)
-        input_dir = task.resolve_input_dir(args.input_dir)
+        if args.input_dir and args.input_dir_flag and args.input_dir != args.input_dir_flag:
+            raise UserError(f"two task folders given: {args.input_dir} and --input-dir {args.input_dir_flag}",
+                            "pass one of them", cli.EXIT_USAGE)
+        input_dir = task.resolve_input_dir(args.input_dir or args.input_dir_flag)
         checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
                                             overrides)
         return cli.emit_checks(checks, args.json, data)

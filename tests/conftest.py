@@ -112,3 +112,19 @@ def run_script(name: str, *args: str, cwd: str | os.PathLike | None = None, env:
     if "--json" in args:
         assert_strict_json(proc.stdout, f"{name} --json")
     return proc
+
+
+@pytest.fixture
+def runs():
+    """Run ids a test starts; afterwards nothing carrying them may be left (killed either way)."""
+    from agentic_rl.edge import procs
+
+    ids: list[str] = []
+    yield ids
+    left = {}
+    for run_id in ids:
+        alive = procs.find_run_processes(run_id)
+        if alive:
+            left[run_id] = [p.pid for p in alive]
+            procs.kill_run(run_id, term_first=False)
+    assert not left, f"processes left behind: {left}"

@@ -278,11 +278,15 @@ def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, 
     assert (out / "metrics" / "attempt-0001.jsonl").read_text().startswith('{"step": 3'), "an earlier attempt was lost"
 
 
-def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, runs):
+def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, runs, monkeypatch):
+    import fake_nvml
+    from agentic_rl import launcher
+
     out = tmp_path / "out"
     runs.append(out)
     make_checkpoint(out, 8)
-    launch(example_task, out, "--gpus", "0")
+    fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()]))  # the launcher's: GPU 0 exists
+    launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"])
     st = wait_done(out, 60)
     assert st["status"] == "failed" and st["failed_component"] == "config"
     assert "global_step_8" in st["reason"] and "--resume" in st["reason"]

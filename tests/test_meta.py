@@ -110,3 +110,14 @@ def test_layout():
     for name in ("SKILL.md", "examples.md", "references", "scripts", "tests", "assets/example", "bench",
                  "pyproject.toml", "README.md", "Makefile", ".ci/run"):
         assert (ROOT / name).exists(), name
+
+
+def test_license_is_an_spdx_string_with_a_setuptools_that_reads_it():
+    """The table form `{ text = "MIT" }` makes setuptools warn "project.license as a TOML table is deprecated"
+    on every build (`make install` showed it three times); the SPDX string needs setuptools >= 77."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "MIT"
+    (req,) = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
+    assert int(req.split(">=")[1].split(".")[0]) >= 77

@@ -228,6 +228,17 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
     With --json every exit, usage errors included, prints exactly one envelope."""
     global _emitted
     _emitted = False
+    try:
+        code = _run(body, parser, argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then this BrokenPipeError, not "Exception ignored"
+        return code
+    except BrokenPipeError:  # `... | head` closed the pipe: nothing left to say, and no one to say it to
+        _quiet_stdout()
+        return 128 + 13  # as a tool killed by SIGPIPE reports it
+
+
+def _run(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """run_cli's work; a BrokenPipeError anywhere in it (the body, or printing an error) goes to run_cli."""
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
     try:
@@ -246,9 +257,8 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130
-    except BrokenPipeError:  # `... | head` closed the pipe: nothing left to say, and no one to say it to
-        _quiet_stdout()
-        return 128 + 13  # as a tool killed by SIGPIPE reports it
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         if getattr(args, "debug", False):
             traceback.print_exc()

@@ -213,7 +213,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse)
     agent = task.load_agent_config(run.input_dir)
     model = resolve_model(agent["model_name"], rehearse)
-    attempt, metrics_file = run_dir.next_metrics_file(out)
+    attempt, metrics_file = run_dir.next_metrics_file(out, run.run_id, run.mode)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
     check_context(model, cfg)

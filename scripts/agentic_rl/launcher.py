@@ -49,10 +49,11 @@ example:
   bash scripts/start_training.sh --input-dir "$EVO_INPUT_DIR" --gpus 0,3 -- trainer.total_epochs=1
 
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
-1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, or too
-few free GPUs; 3 = environment missing (python, input folder, GPU driver, no space left in the output
-folder); 4 = a live run (or its orphaned processes, or processes of a run whose folder was deleted at
-this path) holds the output folder."""
+1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, too
+few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
+bundle's packages, input folder, config file, GPU driver/NVML for a training start, the job died
+early for want of a package, or no space left in the output folder); 4 = a live run (or its orphaned
+processes, or processes of a run whose folder was deleted at this path) holds the output folder."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -93,15 +94,24 @@ def check_args(args) -> None:
 # --------------------------------------------------------------------------- the folder and its lock
 
 
+FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+
+
 def take_lock(output_dir: Path) -> int:
-    """flock O/training.lock without waiting; exit 4 naming the holder when another start or run has it."""
+    """flock O/training.lock; exit 4 naming the holder when another start or run has it. A run whose status
+    is already final (completed, failed, stopped) is only exiting: its lock is waited for, briefly."""
     fd = os.open(output_dir / run_dir.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise locked_message(output_dir) from None
-    return fd
+    deadline = time.monotonic() + FINISHING_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            finishing = (run_dir.read_status(output_dir) or {}).get("status") in run_dir.TERMINAL_STATES
+            if not finishing or time.monotonic() >= deadline:
+                os.close(fd)
+                raise locked_message(output_dir) from None
+            time.sleep(0.1)
 
 
 def locked_message(output_dir: Path) -> UserError:
@@ -212,6 +222,25 @@ def pick_gpus(cfg: dict, config_path: Path, n: int) -> list[int]:
     return data["selected"]
 
 
+def check_gpus_exist(gpus: list[int]) -> None:
+    """--gpus on a training start: the GPU driver must be there (exit 3, as check_gpu.py answers) and each
+    index one of its GPUs (exit 1), before anything starts. Whether they are free is check_gpu.py's call."""
+    from agentic_rl.edge import nvml
+
+    shown = ",".join(map(str, gpus))
+    try:
+        count = len(nvml.read_gpus())
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"--gpus {shown}: {exc}", "training needs an NVIDIA GPU and its driver; without one, "
+                        "rehearse the launch path: bash scripts/start_training.sh --input-dir D --rehearse",
+                        EXIT_ENV) from None
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
+                        f"{count}: {('0-' + str(count - 1) if count > 1 else '0') if count else 'none'})",
+                        "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -285,6 +314,8 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     if not args.rehearse and gpus is None:
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
+    elif not args.rehearse:
+        check_gpus_exist(gpus)
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
     log_path = output_dir / run_dir.LOG_FILE
@@ -319,7 +350,7 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
         raise UserError(f"the job (pid {proc.pid}) exited with code {proc.returncode} within its first seconds; "
                         f"last lines of {log_path}:\n{tail.rstrip()}",
                         f"fix what the log says and start again; details: python scripts/check_status.py "
-                        f"--output-dir {output_dir}", EXIT_FAIL)
+                        f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, mode, gpus, output_dir)
     if args.rehearse:
         print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
@@ -360,6 +391,9 @@ def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, outp
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agentic_rl import bootstrap
+
+    bootstrap.ensure(module="agentic_rl.launcher")  # a python3 without the bundle's packages: exit 3, make install
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv

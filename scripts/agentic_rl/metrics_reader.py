@@ -42,13 +42,14 @@ NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-fini
 ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
 
 
-def attempt_files(output_dir: Path) -> list[Path]:
-    """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999)."""
+def attempt_files(output_dir: Path, attempts: list[int] | None = None) -> list[Path]:
+    """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999); with
+    attempts (run_dir.run_scope's), only those."""
     numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
-                if (m := ATTEMPT_NAME.fullmatch(p.name))]
+                if (m := ATTEMPT_NAME.fullmatch(p.name)) and (attempts is None or int(m.group(1)) in attempts)]
     files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / run_dir.METRICS_FILE
-    if legacy.is_file() and not legacy.is_symlink():
+    if attempts is None and legacy.is_file() and not legacy.is_symlink():
         files.insert(0, legacy)
     return files
 
@@ -102,10 +103,12 @@ def identity(path: Path, st, head_bytes: int) -> tuple[tuple[int, int], bytes]:
 
 class HistoryReader:
     """Reads a run's attempt files into a History. read() again parses only the lines appended since
-    (check_status --watch), and starts over when a file shrank, was replaced, or the list changed."""
+    (check_status --watch), and starts over when a file shrank, was replaced, or the list changed.
+    attempts: only these attempt numbers (the run's scope; None: every attempt); it may be reassigned."""
 
-    def __init__(self, output_dir: Path):
+    def __init__(self, output_dir: Path, attempts: list[int] | None = None):
         self.output_dir = Path(output_dir)
+        self.attempts = attempts
         self._reset()
 
     def _reset(self) -> None:
@@ -118,7 +121,7 @@ class HistoryReader:
 
     def read(self) -> History:
         found = []
-        for path in attempt_files(self.output_dir):
+        for path in attempt_files(self.output_dir, self.attempts):
             try:
                 found.append((path, path.stat()))
             except OSError:  # gone between the listing and now
@@ -186,10 +189,11 @@ class HistoryReader:
         return end if raw.endswith(b"\n") else end - len(raw)
 
 
-def load_history(output_dir: Path) -> History:
+def load_history(output_dir: Path, attempts: list[int] | None = None) -> History:
     """[{"step", "data", "attempt"}] in step order; a bad or partial line is skipped. Steps keep only
-    the keys the summary reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs)."""
-    return HistoryReader(output_dir).read()
+    the keys the summary reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs).
+    attempts: only these (run_dir.run_scope's); None: every attempt."""
+    return HistoryReader(output_dir, attempts).read()
 
 
 def key_series(history: list[dict], key: str) -> list[tuple[int, float]]:

@@ -42,6 +42,7 @@ CHECKPOINTS_DIR = "checkpoints"
 TRACKER = "latest_checkpointed_iteration.txt"  # VERL's: the step of the newest complete checkpoint
 METRICS_DIR = "metrics"  # attempt-NNNN.jsonl, one per start (VERL's FileLogger truncates its file)
 METRICS_FILE = "metrics.jsonl"  # a link to the current attempt
+ATTEMPT_RECORD_SUFFIX = ".run.json"  # metrics/attempt-NNNN.run.json: the run an attempt belongs to
 LOGS_DIR = "logs"  # gateway.log, controller.log
 REHEARSAL_FILE = "rehearsal.json"
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
@@ -437,19 +438,73 @@ def log_tail(output_dir: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
 # --------------------------------------------------------------------------- metrics attempts
 
 
-def next_metrics_file(output_dir: Path) -> tuple[int, Path]:
-    """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it."""
+def next_metrics_file(output_dir: Path, run_id: str | None = None, mode: str | None = None) -> tuple[int, Path]:
+    """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it. With run_id, its
+    record attempt-NNNN.run.json too: whose attempt it is, and whether it continues the checkpoints' run."""
     mdir = output_dir / METRICS_DIR
     mdir.mkdir(parents=True, exist_ok=True)
     numbers = [int(m.group(1)) for p in mdir.glob("attempt-*.jsonl") if (m := re.match(r"attempt-(\d+)\.jsonl$", p.name))]
     attempt = max(numbers, default=0) + 1
     path = mdir / f"attempt-{attempt:04d}.jsonl"
+    if run_id:
+        try:
+            judge_offset = (output_dir / JUDGE_ERRORS_FILE).stat().st_size
+        except OSError:
+            judge_offset = 0
+        # A training start in a folder with a checkpoint resumes it (the launcher refuses a fresh one there).
+        atomic_write_json(mdir / f"attempt-{attempt:04d}{ATTEMPT_RECORD_SUFFIX}", {
+            "run_id": run_id, "mode": mode, "continues": mode == "train" and latest_checkpoint(output_dir) is not None,
+            "judge_errors_offset": judge_offset})
     path.touch()
     link, tmp = output_dir / METRICS_FILE, output_dir / f".{METRICS_FILE}.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(Path(METRICS_DIR) / path.name)
     os.replace(tmp, link)
     return attempt, path
+
+
+def attempt_records(output_dir: Path) -> dict[int, dict]:
+    """{attempt number: its record} for the attempts that have one (folders from before records have none)."""
+    out = {}
+    for path in (Path(output_dir) / METRICS_DIR).glob(f"attempt-*{ATTEMPT_RECORD_SUFFIX}"):
+        m = re.fullmatch(rf"attempt-(\d+){re.escape(ATTEMPT_RECORD_SUFFIX)}", path.name)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8")) if m else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            out[int(m.group(1))] = record
+    return out
+
+
+def run_scope(output_dir: Path, run_id: str | None) -> dict | None:
+    """What of O is this run's: {"attempts": [n, ...] oldest first, "run_ids": {...}, "judge_errors": [(start,
+    end or None), ...] byte ranges of judge_errors.jsonl}. Its own attempt, and when it continues a training
+    run from its checkpoints (--resume), that run's attempts back to its fresh start, rehearsals between them
+    left out. A fresh run in a reused folder shows nothing of an older run. None: no attempt has a record
+    (a folder from before records): everything counts."""
+    records = attempt_records(output_dir)
+    if not records:
+        return None
+    mine = sorted(n for n, r in records.items() if r.get("run_id") == run_id)
+    chosen = list(mine)
+    if mine and records[mine[0]].get("continues"):
+        for n in range(mine[0] - 1, 0, -1):
+            record = records.get(n)
+            if record is not None and record.get("mode") == "rehearse":
+                continue
+            chosen.insert(0, n)
+            if record is not None and not record.get("continues"):
+                break
+    later = sorted(records)
+    ranges = []
+    for n in chosen:
+        if n in records:
+            after = [m for m in later if m > n]
+            ranges.append((records[n].get("judge_errors_offset") or 0,
+                           records[after[0]].get("judge_errors_offset") if after else None))
+    return {"attempts": chosen, "run_ids": {records[n].get("run_id") for n in chosen if n in records} | {run_id},
+            "judge_errors": ranges}
 
 
 def trained_past(metrics_file: Path, step: int) -> bool:

@@ -88,13 +88,24 @@ def rollouts_in_flight(log_lines: list[str]) -> dict | None:
     return None
 
 
-def progress(history: list[dict], status: dict, log_lines: list[str] = ()) -> dict:
+def progress(history: list[dict], status: dict, log_lines: list[str] = (), rehearsal: dict | None = None) -> dict:
+    """Steps done of the total, with ETA and epoch ("unit": "steps"); a rehearsal has no steps: its rollouts
+    done ("unit": "rollouts", percent of the current batch; all of them once rehearsal.json is written)."""
+    rollouts = rollouts_in_flight(log_lines)
+    if status.get("mode") == "rehearse":
+        if rehearsal and rehearsal.get("rollouts") is not None:
+            n, failed = rehearsal["rollouts"], rehearsal.get("failed") or 0
+            rollouts = {"completed": n, "enqueued": n, "succeeded": n - failed, "failed": failed}
+        percent = (round(100.0 * rollouts["completed"] / rollouts["enqueued"], 1)
+                   if rollouts and rollouts["enqueued"] else None)
+        return {"unit": "rollouts", "step": None, "total": None, "percent": percent, "median_step_s": None,
+                "eta_s": None, "epoch": None, "rollouts": rollouts}
     total = status.get("total_training_steps")
     step = history[-1]["step"] if history else 0
     times = [t for _, t in series(history, "step_time")]
     median = statistics.median(times) if times else None
-    out = {"step": step, "total": total, "percent": None, "median_step_s": median, "eta_s": None, "epoch": None,
-           "rollouts": rollouts_in_flight(log_lines)}
+    out = {"unit": "steps", "step": step, "total": total, "percent": None, "median_step_s": median, "eta_s": None,
+           "epoch": None, "rollouts": rollouts}
     if total:
         out["percent"] = round(100.0 * min(step, total) / total, 1)
         if median:

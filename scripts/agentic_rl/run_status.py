@@ -53,12 +53,31 @@ def tail_lines(path: Path, n: int) -> list[str]:
             else "..." + line[-TAIL_LINE_BYTES:].decode("utf-8", "replace") for line in lines]
 
 
-def count_lines(path: Path) -> int:
+def count_lines(path: Path, start: int = 0, end: int | None = None) -> int:
+    """Line breaks in path, from byte start to end (None: the end of the file)."""
     try:
         with open(path, "rb") as fh:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+            fh.seek(start)
+            left = float("inf") if end is None else max(0, end - start)
+            count = 0
+            while left > 0:
+                chunk = fh.read(int(min(1 << 20, left)))
+                if not chunk:
+                    break
+                count, left = count + chunk.count(b"\n"), left - len(chunk)
+            return count
     except OSError:
         return 0
+
+
+def this_run(lines: list[str], run_id: str | None) -> list[str]:
+    """The log lines from this run's start on: training.log is appended to by every start in O, and the
+    launcher opens each with `=== start_training.sh ...: run RUN_ID, ...`."""
+    mark = f": run {run_id},"
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("=== start_training.sh") and mark in lines[i]:
+            return lines[i:]
+    return lines
 
 
 def gpu_memory(pids: list[int]) -> dict | str:
@@ -104,14 +123,22 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         {"processes": 0, "pids": []}
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))
-    log = tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200))
-    history = (reader or metrics_reader.HistoryReader(output_dir)).read()
-    judge_errors = count_lines(output_dir / run_dir.JUDGE_ERRORS_FILE)
+    log = this_run(tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200)), st.get("run_id"))
+    # Only this run's: a reused output folder holds earlier runs' metrics, judge errors, rehearsal and samples.
+    scope = run_dir.run_scope(output_dir, st.get("run_id"))
+    reader = reader or metrics_reader.HistoryReader(output_dir)
+    reader.attempts = None if scope is None else scope["attempts"]
+    history = reader.read()
+    errors_file = output_dir / run_dir.JUDGE_ERRORS_FILE
+    judge_errors = (count_lines(errors_file) if scope is None
+                    else sum(count_lines(errors_file, start, end) for start, end in scope["judge_errors"]))
     rehearsal = files.read_json_file(output_dir / run_dir.REHEARSAL_FILE) if (output_dir / run_dir.REHEARSAL_FILE).is_file() else None
+    if isinstance(rehearsal, dict) and rehearsal.get("run_id") not in (None, st.get("run_id")):
+        rehearsal = None  # an earlier run's
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir)
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope)
              + rollout_failure_flags(st.get("rollout_failures")))
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
@@ -125,7 +152,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
-        "progress": run_health.progress(history, st, log), "latest": run_health.latest(history, judge_errors),
+        "progress": run_health.progress(history, st, log, summary), "latest": run_health.latest(history, judge_errors),
         "flags": flags,
         "rollout_failures": st.get("rollout_failures"),
         "stall": run_health.stall(history, st, log, state["alive"]),
@@ -161,9 +188,14 @@ def process_flag(pid: int, proc_state: str, output_dir: Path) -> dict:
             "it waits on I/O (a hung filesystem or device)", "hint": "check the disk / NFS mount of the output folder"}
 
 
-def with_sample_flags(flags: list[dict], output_dir: Path) -> list[dict]:
+def scoped(found: list[dict], scope: dict | None) -> list[dict]:
+    """The samples of the run's scope (run_dir.run_scope); all of them without one."""
+    return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
+
+
+def with_sample_flags(flags: list[dict], output_dir: Path, scope: dict | None = None) -> list[dict]:
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
-    return flags + run_health.sample_flags(samples.read(output_dir, recent_only=True), judged)
+    return flags + run_health.sample_flags(scoped(samples.read(output_dir, recent_only=True), scope), judged)
 
 
 def collect_samples(output_dir: Path, args) -> dict:
@@ -172,7 +204,7 @@ def collect_samples(output_dir: Path, args) -> dict:
     if st is None:
         raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
-    every = samples.read(output_dir)
+    every = scoped(samples.read(output_dir), run_dir.run_scope(output_dir, st.get("run_id")))
     order = "worst" if args.worst else "best" if args.best else "latest"
     chosen = samples.select(every, args.samples, args.split, args.step, order)
     dups = samples.duplicate_responses(run_health.sample_window(every) + chosen)

@@ -1,0 +1,103 @@
+"""The first call of every CLI: make sure this Python can run the bundle, before any dependency is imported.
+
+SKILL.md writes `python scripts/X.py`, and `python` may be any Python 3. When this one lacks a
+package of the bundle (or is older than the bundle's Python) and the bundle's .venv exists, the
+CLI re-executes itself under .venv/bin/python, once (ARL_BOOTSTRAPPED guards against a loop).
+When there is no usable .venv it exits 3 with one Error and one Hint line (`make install`), and
+with --json the one envelope on stdout; never a traceback.
+
+Standard library only, and plain syntax (nothing newer than Python 3.6), so an old Python 3 gets this
+message too.
+
+    >>> missing_modules(["json", "no_such_module_here"])
+    ['no_such_module_here']
+"""
+
+import importlib.util
+import os
+import sys
+
+# pyproject.toml's [project] dependencies, by import name.
+REQUIRED_MODULES = ("psutil", "pynvml", "jsonschema", "tabulate", "orjson", "agentlightning")
+MIN_PYTHON = (3, 12)  # requires-python: agentlightning 1.0 needs 3.12
+GUARD_ENV = "ARL_BOOTSTRAPPED"  # set for the re-executed process: a .venv that lacks packages too ends in exit 3
+EXIT_ENV = 3
+
+BUNDLE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV_DIR = os.path.join(BUNDLE_DIR, ".venv")
+VENV_PYTHON = os.path.join(VENV_DIR, "bin", "python")
+
+
+def missing_modules(names=REQUIRED_MODULES):
+    """The names that this Python cannot import (found by find_spec: nothing is imported)."""
+    missing = []
+    for name in names:
+        if sys.modules.get(name) is not None:  # imported already (a test's stand-in has no __spec__)
+            continue
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def problem():
+    """Why this Python cannot run the bundle, or None when it can."""
+    why = []
+    if sys.version_info[:2] < MIN_PYTHON:
+        why.append(f"it is older than the bundle's Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]}")
+    missing = missing_modules()
+    if missing:
+        why.append("it lacks the bundle's packages " + ", ".join(missing))
+    return " and ".join(why) or None
+
+
+def _in_venv():
+    try:
+        return os.path.samefile(sys.prefix, VENV_DIR)
+    except OSError:
+        return False
+
+
+def ensure(module=None, argv=None):
+    """Return when this Python can run the bundle; else re-exec under the bundle's .venv, or exit 3.
+
+    module: the `-m` name when the caller runs as a module (the launcher); else sys.argv[0] is rerun."""
+    argv = list(sys.argv if argv is None else argv)
+    why = problem()
+    if why is None:
+        os.environ.pop(GUARD_ENV, None)  # not handed on to processes this one starts
+        return
+    retried = os.environ.get(GUARD_ENV) == "1"
+    if not retried and not _in_venv() and os.access(VENV_PYTHON, os.X_OK):
+        os.environ[GUARD_ENV] = "1"
+        head = ["-m", module] if module else [argv[0]]
+        try:
+            os.execv(VENV_PYTHON, [VENV_PYTHON] + head + argv[1:])
+        except OSError as exc:
+            why += f"; running {VENV_PYTHON} failed: {exc}"
+    fail(why, argv)
+
+
+def fail(why, argv):
+    """Exit 3: one Error and one Hint line on stderr, and with --json the envelope on stdout."""
+    args = argv[1:]
+    if "--" in args:
+        args = args[: args.index("--")]
+    if os.access(VENV_PYTHON, os.X_OK):
+        message = f"the bundle's Python {VENV_PYTHON} cannot run the scripts: {why}"
+    else:
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        message = f"this Python ({sys.executable}, {version}) cannot run the scripts: {why}; the bundle has no .venv"
+    hint = f"run `make install` in {BUNDLE_DIR} (it creates .venv with a Python 3.12); then any `python` works"
+    if "--json" in args:
+        import json
+
+        sys.stdout.write(json.dumps({"ok": False, "schema_version": 1, "error": {"message": message, "hint": hint}},
+                                    indent=2) + "\n")
+        sys.stdout.flush()
+    sys.stderr.write(f"Error: {message}\nHint: {hint}\n")
+    sys.stderr.flush()
+    sys.exit(EXIT_ENV)

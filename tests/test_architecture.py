@@ -1,0 +1,136 @@
+"""Tests that guard the house: the layout of scripts/ and its package, read from the source (AST).
+
+- scripts/ holds only CLIs; the internals live in scripts/agentic_rl, whose __init__.py stays empty.
+- Only scripts/agentic_rl/edge/ imports the outside worlds (NVML, processes and signals, Agent Lightning,
+  Hydra/OmegaConf/VERL, Ray), at any depth (function-level imports count).
+- Nothing in the package imports a CLI, and the package's imports have no cycle.
+- Every CLI has its own test module, which runs it as a subprocess at least once.
+- Every `>>>` example in a module docstring runs (doctest).
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+PACKAGE = SCRIPTS / "agentic_rl"
+EDGE = PACKAGE / "edge"
+TESTS = ROOT / "tests"
+
+# The outside worlds and the one edge module that may reach each.
+OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": "agl", "hydra": "verl_config",
+           "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge"), "ray": ("ray_cluster", "verl_config")}
+SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs sends signals
+
+
+def cli_files() -> list[Path]:
+    return sorted(p for p in SCRIPTS.iterdir() if p.suffix in (".py", ".sh"))
+
+
+def package_modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SCRIPTS).with_suffix("").parts).removesuffix(".__init__")
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """Every module imported anywhere in the file (function bodies included), resolved to full names."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+            if node.module in ("agentic_rl", "agentic_rl.edge"):
+                found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def test_scripts_holds_only_clis_and_the_package():
+    entries = {p.name for p in SCRIPTS.iterdir() if p.name != "__pycache__"}
+    clis = {p.name for p in cli_files()}
+    assert entries - clis == {"agentic_rl"}, f"not a CLI in scripts/: {sorted(entries - clis - {'agentic_rl'})}"
+    for path in cli_files():
+        text = path.read_text()
+        if path.suffix == ".py":
+            assert 'if __name__ == "__main__":\n    sys.exit(main())' in text, path.name
+            assert re.search(r"^def main\(argv: list\[str\] \| None = None\) -> int:", text, re.M), path.name
+    assert (PACKAGE / "__init__.py").read_text() == "" and (EDGE / "__init__.py").read_text() == ""
+
+
+@pytest.mark.parametrize("path", package_modules() + [p for p in cli_files() if p.suffix == ".py"],
+                         ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_only_edge_reaches_the_outside_worlds(path):
+    inside_edge = EDGE in path.parents
+    for name, lineno in imports_of(path):
+        top = name.split(".")[0]
+        if top in OUTSIDE:
+            allowed = OUTSIDE[top] if isinstance(OUTSIDE[top], tuple) else (OUTSIDE[top],)
+            assert inside_edge and path.stem in allowed, \
+                f"{path.relative_to(SCRIPTS)}:{lineno} imports {name}: only edge/{'|'.join(allowed)} may"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Attribute) and node.attr in SIGNALLING and isinstance(node.value, ast.Name)
+                and node.value.id == "os"):
+            assert path == EDGE / "procs.py", f"{path.relative_to(SCRIPTS)}:{node.lineno} calls os.{node.attr}"
+
+
+def test_the_package_imports_no_cli_and_has_no_cycle():
+    clis = {p.stem for p in cli_files() if p.suffix == ".py"}
+    graph: dict[str, set[str]] = {}
+    for path in package_modules():
+        name = module_name(path)
+        deps = set()
+        for imported, lineno in imports_of(path):
+            assert imported.split(".")[0] not in clis, f"{name}:{lineno} imports the CLI {imported}"
+            if imported.startswith("agentic_rl.") and imported != name:
+                deps.add(imported)
+        graph[name] = {d for d in deps if d in {module_name(p) for p in package_modules()}}
+    done: set[str] = set()
+
+    def visit(node: str, stack: list[str]) -> None:
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in done:
+            return
+        for dep in sorted(graph.get(node, ())):
+            visit(dep, stack + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+@pytest.mark.parametrize("path", cli_files(), ids=lambda p: p.name)
+def test_every_cli_has_its_own_test_module_that_runs_it(path):
+    test_file = TESTS / f"test_{path.stem}.py"
+    assert test_file.exists(), f"{path.name} has no tests/{test_file.name}"
+    text = test_file.read_text()
+    assert re.search(rf"""run_script\(\s*["']{re.escape(path.name)}["']""", text) or \
+        re.search(rf"""["']{re.escape(path.name)}["']""", text) and "subprocess" in text, \
+        f"tests/{test_file.name} never runs {path.name} as a subprocess"
+
+
+@pytest.mark.parametrize("path", package_modules() + [p for p in cli_files() if p.suffix == ".py"],
+                         ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_docstring_examples_run(path):
+    module = importlib.import_module(module_name(path)) if PACKAGE in path.parents else \
+        importlib.import_module(path.stem)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{path.relative_to(SCRIPTS)}: {result.failed} docstring example(s) fail"
+
+
+def test_skill_allows_the_clis_and_not_the_internals():
+    head = (ROOT / "SKILL.md").read_text().split("\n---\n", 1)[0]
+    allowed = re.search(r"^allowed-tools: (.*)$", head, re.M).group(1)
+    named = set(re.findall(r"scripts/([\w.-]+)", allowed))
+    assert named == {p.name for p in cli_files()}, f"SKILL.md allowed-tools names {sorted(named)}"
+    assert "agentic_rl" not in allowed and "scripts/*" not in allowed

@@ -128,3 +128,13 @@ def runs():
             left[run_id] = [p.pid for p in alive]
             procs.kill_run(run_id, term_first=False)
     assert not left, f"processes left behind: {left}"
+
+
+FAKE_NVML_DIR = ROOT / "tests" / "nvml_stub"
+
+
+def fake_nvml_env(reading: str = "nvml_h200_reading.json") -> dict:
+    """Env for a subprocess that must see the faked NVML (tests/nvml_stub) replaying a fixture reading:
+    a training start with --gpus on this GPU-less machine."""
+    path_env = os.pathsep.join(p for p in (str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path_env, "ARL_TEST_NVML_READING": str(ROOT / "tests" / "fixtures" / reading)}

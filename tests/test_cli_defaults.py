@@ -58,7 +58,7 @@ def agent_model(task) -> str:
 def test_check_model_set_agent_with_input_dir(example_task, models):
     proc = run_script("check_model.py", "--model", "tiny", "--set-agent", "--input-dir", str(example_task))
     assert proc.returncode == 0, proc.stderr
-    assert agent_model(example_task) == "tiny"
+    assert agent_model(example_task) == str((models / "tiny").resolve())  # resolves in any shell
 
 
 def test_check_model_set_agent_with_an_empty_value(example_task, models):
@@ -68,7 +68,7 @@ def test_check_model_set_agent_with_an_empty_value(example_task, models):
     assert proc.returncode == 2 and "no input folder given" in proc.stderr
     assert agent_model(example_task) == before
     proc = run_script("check_model.py", "--model", "tiny", "--set-agent", "", env={"EVO_INPUT_DIR": str(example_task)})
-    assert proc.returncode == 0 and agent_model(example_task) == "tiny"
+    assert proc.returncode == 0 and agent_model(example_task) == str((models / "tiny").resolve())
 
 
 def test_check_model_input_dir_alone_and_an_empty_models_dir(example_task, models):

@@ -149,5 +149,6 @@ def test_the_docs_commands_as_written(tmp_path, output_dir):
             subprocess.run([sys.executable, str(ROOT / "scripts" / "stop_training.py"), "--output-dir", str(out),
                             "--force"], capture_output=True, timeout=120)
     assert any("--rehearse" in c for c in ran) and any("export_model.py" in c for c in ran)
-    assert json.loads((task / "agent.json").read_text())["model_name"] == MODEL  # step 4's --set-agent
+    written = json.loads((task / "agent.json").read_text())["model_name"]  # step 4's --set-agent: the folder
+    assert written == str((tmp_path / "models" / MODEL).resolve())
     assert not (ROOT / "outputs").exists()

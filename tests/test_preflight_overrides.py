@@ -9,7 +9,7 @@ import json
 import pytest
 import validate_data
 from agentic_rl import config_checks, config_values, placement, run_dir, task_checks
-from conftest import run_script
+from conftest import fake_nvml_env, run_script
 
 ASYNC = "agentlightning.async_rollout.enabled=true"
 
@@ -42,7 +42,7 @@ def test_training_job_preflight_refuses_a_bad_override(example_task, tmp_path):
     """Before: the override passed preflight and the run died later, in the trainer constructor."""
     out = tmp_path / "out"
     done = run_script("start_training.sh", "--input-dir", str(example_task), "--output-dir", str(out),
-                      "--gpus", "0", "--", ASYNC, env={"ARL_START_WAIT_S": "60"})
+                      "--gpus", "0", "--", ASYNC, env={"ARL_START_WAIT_S": "60", **fake_nvml_env()})
     assert done.returncode == 1, done.stdout + done.stderr
     st = run_dir.read_status(out)
     assert st["status"] == "failed" and st["failed_component"] == "preflight"

@@ -16,6 +16,7 @@ during the fake fit after global_step_2), B (--resume: continues from step 2 and
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -26,7 +27,7 @@ import psutil
 import pytest
 from agentic_rl import run_dir
 from agentic_rl.edge import procs
-from conftest import ROOT, run_script
+from conftest import ROOT, fake_nvml_env, run_script
 from make_tiny_model import VOCAB, make_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,10 @@ def make_task(tmp_path: Path) -> Path:
 
 def start(task: Path, out: Path, record: Path, step_s: float, *extra: str, python: Path = VERL_PY,
           overrides: list[str] = FAKE_OVERRIDES, wait_s: float = 1, ray_tmp: Path | None = None):
-    env = {"PYTHON": str(python), "PYTHONPATH": str(TESTS), "ARL_FAKE_RECORD_DIR": str(record),
+    # --gpus 0 on this GPU-less machine: the launcher's driver check reads the faked NVML (one H200).
+    nvml = fake_nvml_env()
+    env = {**nvml, "PYTHON": str(python), "PYTHONPATH": os.pathsep.join((nvml["PYTHONPATH"], str(TESTS))),
+           "ARL_FAKE_RECORD_DIR": str(record),
            "ARL_FAKE_STEP_S": str(step_s), "ARL_START_WAIT_S": str(wait_s), **RAY_ENV}
     if ray_tmp is not None:
         env["RAY_TMPDIR"] = str(ray_tmp)
@@ -243,7 +247,7 @@ def test_train_path_up_to_the_gpu_fresh_stop_resume_and_nothing_left(verl_venv, 
 
 
 @pytest.mark.parametrize("overrides, says, hint", [
-    ([], "offers 0 GPU(s)", "check_gpu.py"),
+    (["+ray_kwargs.ray_init.num_gpus=0", "ray_kwargs.ray_init.num_cpus=4"], "offers 0 GPU(s)", "check_gpu.py"),
     (["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=2"], "offers 1 GPU(s) and 2 CPUs",
      "ray_kwargs.ray_init.num_cpus=4"),
 ])

@@ -18,6 +18,10 @@ pip=("$target/bin/python" -m pip)
 # agentlightning 1.0.2 declares Python >= 3.12, but its source runs on 3.11; its trainer part
 # (agentlightning.verl) is what the train-path test drives up to the GPU.
 "${pip[@]}" install --quiet --ignore-requires-python -c "$here/verl-constraints.txt" agentlightning==1.0.2
+# The bundle's own dependencies (pyproject.toml), so the launcher and the job run under this Python
+# exactly as under .venv: `PYTHON=.venv-verl/bin/python bash scripts/start_training.sh ... --gpus 0`.
+"${pip[@]}" install --quiet -c "$here/verl-constraints.txt" "nvidia-ml-py>=12.535" "psutil>=5.9" \
+  "jsonschema>=4.18" "tabulate>=0.9" "orjson>=3.9" "huggingface_hub>=0.34"
 # A broken resolve must fail the build here, not as an import error inside a Ray worker.
 "${pip[@]}" check
 "$target/bin/python" -c 'import verl.trainer.main_ppo, agentlightning.verl.entrypoint' >/dev/null

@@ -18,7 +18,7 @@ import os
 import sys
 
 # pyproject.toml's [project] dependencies, by import name.
-REQUIRED_MODULES = ("psutil", "pynvml", "jsonschema", "tabulate", "orjson", "agentlightning")
+REQUIRED_MODULES = ("psutil", "pynvml", "jsonschema", "tabulate", "orjson", "agentlightning", "huggingface_hub")
 MIN_PYTHON = (3, 12)  # requires-python: agentlightning 1.0 needs 3.12
 GUARD_ENV = "ARL_BOOTSTRAPPED"  # set for the re-executed process: a .venv that lacks packages too ends in exit 3
 EXIT_ENV = 3
@@ -45,13 +45,14 @@ def missing_modules(names=REQUIRED_MODULES):
 
 def problem():
     """Why this Python cannot run the bundle, or None when it can."""
+    missing = missing_modules()
+    if not missing:  # a Python that has every package runs it (.venv-verl: 3.11 with agentlightning installed)
+        return None
     why = []
     if sys.version_info[:2] < MIN_PYTHON:
         why.append(f"it is older than the bundle's Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]}")
-    missing = missing_modules()
-    if missing:
-        why.append("it lacks the bundle's packages " + ", ".join(missing))
-    return " and ".join(why) or None
+    why.append("it lacks the bundle's packages " + ", ".join(missing))
+    return " and ".join(why)
 
 
 def _in_venv():

@@ -115,6 +115,9 @@ def check(cfg_get, joins: str | None) -> dict:
             if node["gpus_from"] == "detected":
                 ways.append("run on a host whose GPUs NVML sees (python scripts/check_gpu.py), or give --gpus "
                             "indices that exist")
+            elif node["gpus_available"] < need["n_gpus_per_node"]:
+                ways.append(f"raise ray_kwargs.ray_init.num_gpus (it gives this Ray {node['gpus_available']:g} "
+                            f"GPU(s); the GPUs here: python scripts/check_gpu.py)")
             if node["cpus_available"] < need["cpus_total"]:
                 ways.append(f"give Ray {need['cpus_total']} CPUs: ray_kwargs.ray_init.num_cpus={need['cpus_total']} "
                             "(logical CPUs; the workers then share the cores)")

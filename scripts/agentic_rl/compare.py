@@ -26,7 +26,7 @@ from agentic_rl import cli, model_files, run_dir, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
 
 ROLES = ("base", "trained")
-COMPARE_DIR = "compare"
+COMPARE_DIR = run_dir.COMPARE_DIR
 
 
 def agl_python() -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from agentic_rl import cli, files, job_config, model_files, run_dir, task
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
 
-EXPORT_DIR = "export"
+EXPORT_DIR = run_dir.EXPORT_DIR
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 ADAPTER_DIR = "lora_adapter"  # where VERL's merger puts a LoRA adapter inside the target
 

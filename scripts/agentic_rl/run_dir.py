@@ -48,6 +48,8 @@ REHEARSAL_FILE = "rehearsal.json"
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
+EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
+COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
 RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end
 RESERVE_BYTES = 128 * 1024
 

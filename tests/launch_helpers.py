@@ -84,3 +84,14 @@ def started(task: Path, out: Path, runs: list, *extra: str, env: dict | None = N
         runs.append(st["run_id"])
     assert proc.returncode == 0, proc.stderr + log_text(out)
     return st
+
+
+def wait_done(out: Path, timeout: float = 180.0) -> dict:
+    """training.status once the run in O reached a terminal state (completed, failed, stopped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = run_dir.read_status(out) or {}
+        if st.get("status") in run_dir.TERMINAL_STATES:
+            return st
+        time.sleep(0.3)
+    raise AssertionError(f"the run in {out} did not end: {run_dir.read_status(out)}")

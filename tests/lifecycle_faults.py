@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import psutil
 from agentic_rl import files, rehearsal, run_dir
 from agentic_rl.edge import procs
 from conftest import run_script
+from launch_helpers import wait_for
 
 SLOW = {rehearsal.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the fault
 
@@ -76,15 +76,7 @@ class Harness:
     def status(out: Path) -> dict:
         return run_dir.read_status(out) or {}
 
-    @staticmethod
-    def wait_for(predicate, what: str, timeout: float = 60.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
+    wait_for = staticmethod(wait_for)  # the one in launch_helpers
 
     @staticmethod
     def carriers(run_id: str) -> list[int]:

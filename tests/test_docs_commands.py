@@ -18,12 +18,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 from agentic_rl import run_dir
 from conftest import EXAMPLE, ROOT
+from launch_helpers import wait_done
 from make_tiny_model import make_tiny_model
 
 DOCS = ("SKILL.md", "README.md")
@@ -95,14 +94,6 @@ def as_run(command: str) -> str:
     return re.sub(r"(?<=\s)N(?=\s|$)", "1", command)
 
 
-def wait_done(out: Path, timeout: float = 180.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = run_dir.read_status(out) or {}
-        if st.get("status") in run_dir.TERMINAL_STATES:
-            return st
-        time.sleep(0.3)
-    raise AssertionError(f"the rehearsal in {out} did not end: {run_dir.read_status(out)}")
 
 
 @pytest.mark.parametrize("output_dir", ["set", "unset"], ids=["EVO_OUTPUT_DIR-set", "EVO_OUTPUT_DIR-unset"])

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import check_status
 import pytest
 from agentic_rl import files, run_dir, run_status
 from conftest import run_script
+from launch_helpers import wait_done
 
 
 def start(out: Path, run_id: str, mode: str, steps: dict[int, dict] | None = None, judge_errors: int = 0) -> None:
@@ -104,14 +104,6 @@ def test_training_progress_is_still_steps(tmp_path):
     assert "step 3/10" in text and "30.0%" in text
 
 
-def wait_done(out: Path, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = run_dir.read_status(out) or {}
-        if st.get("status") in run_dir.TERMINAL_STATES:
-            return st
-        time.sleep(0.3)
-    raise AssertionError(f"the rehearsal did not end: {run_dir.read_status(out)}")
 
 
 def test_two_real_rehearsals_in_one_folder(example_task, tmp_path):

@@ -223,6 +223,19 @@ def add_common_flags(parser: argparse.ArgumentParser, json_flag: bool = True) ->
     parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
 
 
+def split_overrides(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the CLI's own arguments, the Hydra overrides after an explicit `--`): a typo never becomes config.
+
+    >>> split_overrides(["--rehearse", "--", "trainer.total_epochs=1"])
+    (['--rehearse'], ['trainer.total_epochs=1'])
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code.
     With --json every exit, usage errors included, prints exactly one envelope."""
@@ -240,7 +253,7 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
 def _run(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """run_cli's work; a BrokenPipeError anywhere in it (the body, or printing an error) goes to run_cli."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    wants_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+    wants_json = "--json" in split_overrides(argv)[0]
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)

@@ -394,9 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl import bootstrap
 
     bootstrap.ensure(module="agentic_rl.launcher")  # a python3 without the bundle's packages: exit 3, make install
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = cli.split_overrides(argv)
     return cli.run_cli(lambda args: launch(args, overrides), build_parser(), argv)
 
 

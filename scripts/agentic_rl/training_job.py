@@ -432,9 +432,7 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = cli.split_overrides(argv)
     parser = build_parser()
 
     def body(args) -> int:

@@ -173,3 +173,31 @@ def _merged(base: Any, over: Any) -> Any:
     for key, value in over.items():
         out[key] = _merged(base.get(key), value) if key in base else copy.deepcopy(value)
     return out
+
+
+def _override_items(overrides: list[str]):
+    """(key, has_value, value) of each Hydra dotlist override: `+k=v`, `~k`, `k=v`."""
+    for item in overrides:
+        name, sep, value = item.lstrip("+~").partition("=")
+        yield name, bool(sep), value
+
+
+def override_value(overrides: list[str], key: str) -> str | None:
+    """The value a `--` override gives key (the last one wins), else None.
+
+    >>> override_value(["trainer.save_freq=5", "+trainer.save_freq=-1"], "trainer.save_freq")
+    '-1'
+    """
+    value = None
+    for name, has_value, raw in _override_items(overrides):
+        if has_value and name == key:
+            value = raw
+    return value
+
+
+def explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
+    """Whether the user set key: a non-null value in config.json, or any `--` override naming it."""
+    node: Any = user_cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node is not None or any(name == key for name, _, _ in _override_items(overrides))

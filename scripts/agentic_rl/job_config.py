@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, files, run_dir, task
+from agentic_rl import cli, config_values, files, run_dir, task
 
 BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
 TASK_FOLDER_AGENT = "agentic_rl.agent:TaskFolderAgent"
@@ -136,13 +136,6 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return verl_config.get_value(cfg, key, default)
 
 
-def _explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
-    node: Any = user_cfg
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node is not None or any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
-
-
 def resolve_model(name: str, rehearse: bool) -> str:
     from agentic_rl import model_files
 
@@ -181,13 +174,11 @@ def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: 
     step = run_dir.latest_checkpoint(output_dir)
     if resume:
         if step is None:
-            from agentic_rl import config_values
-
             error = run_dir.nothing_to_resume(output_dir, config_values.effective(user_cfg, "trainer.save_freq"),
                                               "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None)
             raise Failure("config", error.message)
         return "auto", step
-    if _explicit(user_cfg, overrides, "trainer.resume_mode"):
+    if config_values.explicit(user_cfg, overrides, "trainer.resume_mode"):
         return None, None
     if step is not None and not rehearse:
         raise Failure("config", f"{run_dir.checkpoints_dir(output_dir)} holds global_step_{step} from an earlier run: pass --resume to "
@@ -222,7 +213,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))
     _set(cfg, "trainer.default_local_dir", str(ckpt))
     # VERL's default logger list has wandb (network, an account): only when the user asked for it.
-    loggers = _get(cfg, "trainer.logger", ["console"]) if _explicit(user_cfg, run.overrides, "trainer.logger") \
+    loggers = _get(cfg, "trainer.logger", ["console"]) if config_values.explicit(user_cfg, run.overrides, "trainer.logger") \
         else ["console"]
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
@@ -242,8 +233,6 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
         _set(cfg, "trainer.resume_mode", mode)
-    from agentic_rl import config_values
-
     n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
     # VERL's dataloader yields data.gen_batch_size rows per step when given (drop_last), else train_batch_size.

@@ -31,8 +31,6 @@ from agentic_rl import cli, files, gpu_select, run_dir, task
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GPU_KEY = "trainer.n_gpus_per_node"
-LOCK_FD_ENV = "ARL_LOCK_FD"  # the job's inherited fd of O/training.lock
-LAUNCH_FD_ENV = "ARL_LAUNCH_FD"  # EOF on it: the launch record is written, the job may go on
 START_WAIT_ENV = "ARL_START_WAIT_S"
 
 DESCRIPTION = """\
@@ -173,22 +171,12 @@ def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, di
     return path, cfg
 
 
-def _override(overrides: list[str], key: str) -> str | None:
-    """The value a Hydra dotlist override gives key (last one wins), else None."""
-    value = None
-    for item in overrides:
-        name, sep, val = item.lstrip("+~").partition("=")
-        if sep and name == key:
-            value = val
-    return value
-
-
 def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
     """The value a run will use: the last `--` override, else config_values.effective (the user's value,
     else Agent Lightning's or VERL 0.8.0's default)."""
     from agentic_rl import config_values
 
-    raw = _override(overrides, dotted)
+    raw = config_values.override_value(overrides, dotted)
     return raw if raw is not None else config_values.effective(cfg, dotted)
 
 
@@ -207,7 +195,9 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
     """Exit 1 before anything starts when --resume finds no checkpoint (the job checks the same again)."""
     if run_dir.latest_checkpoint(output_dir) is not None:
         return
-    given = _override(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
+    from agentic_rl import config_values
+
+    given = config_values.override_value(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
     raise run_dir.nothing_to_resume(output_dir, setting(cfg, overrides, "trainer.save_freq"),
                                     source.name if given else None)
 
@@ -262,8 +252,8 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
 
 def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (run_dir.RUN_ID_ENV,)}
-    env.update({run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(output_dir), LOCK_FD_ENV: str(lock_fd),
-                LAUNCH_FD_ENV: str(launch_fd),
+    env.update({run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(output_dir), run_dir.LOCK_FD_ENV: str(lock_fd),
+                run_dir.LAUNCH_FD_ENV: str(launch_fd),
                 "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
                 "PYTHONSAFEPATH": "1"})
     if gpus:

@@ -54,6 +54,10 @@ RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk ca
 RESERVE_BYTES = 128 * 1024
 
 RUN_ID_ENV = "EVO_RUN_ID"
+# The launcher's hand-over to the job it starts: the inherited fd of O/training.lock, and a pipe whose EOF
+# says the launch record is written.
+LOCK_FD_ENV = "ARL_LOCK_FD"
+LAUNCH_FD_ENV = "ARL_LAUNCH_FD"
 RUN_DIR_ENV = "ARL_OUTPUT_DIR"  # every process of a run carries its folder too (the agents append judge errors there)
 TERMINAL_STATES = ("completed", "failed", "stopped")
 LOG_TAIL_BYTES = 64 * 1024

@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, job_config, launcher, rehearsal, run_dir, samples, task
+from agentic_rl import cli, job_config, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs
 
@@ -65,7 +65,7 @@ def log(message: str) -> None:
 def hold_lock(output_dir: Path) -> bool:
     """Keep O/training.lock for our whole life. True when the launcher handed it over (ARL_LOCK_FD)."""
     lock_path = output_dir / run_dir.LOCK_FILE
-    handed = os.environ.pop(launcher.LOCK_FD_ENV, "")
+    handed = os.environ.pop(run_dir.LOCK_FD_ENV, "")
     if handed.isdigit():
         fd = int(handed)
         try:
@@ -97,7 +97,7 @@ def hold_lock(output_dir: Path) -> bool:
 
 def wait_for_launch_record() -> None:
     """Block until the launcher has written our launch record: it closes its end of this pipe after."""
-    handed = os.environ.pop(launcher.LAUNCH_FD_ENV, "")
+    handed = os.environ.pop(run_dir.LAUNCH_FD_ENV, "")
     if handed.isdigit():
         fd = int(handed)
         try:

@@ -228,18 +228,68 @@ def test_a_step_the_live_run_is_writing_is_exit_4(tmp_path, capsys):
     assert not export.run_state(out)["live"]
 
 
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def test_an_existing_target_is_exit_4_and_a_non_model_folder_is_never_replaced(tmp_path, capsys):
     out = tmp_path / "out"
     fake_checkpoint(out, 3, 3)
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
+    (target / "config.json").write_text("{}")  # looks like a model folder; export did not write it
     assert export_model.main(["--output-dir", str(out), "--target", str(target)]) == 4
     assert "already exists" in capsys.readouterr().err
     assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force"]) == 4
-    assert "not a model folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "export_model.py did not write it" in err and "2 entries would be lost: config.json, notes.txt" in err
+    assert err.count("Error:") == 1 and "Hint:" in err
     assert (target / "notes.txt").read_text() == "keep me"
     assert export_model.main(["--output-dir", str(out), "--target", str(out / "checkpoints" / "x")]) == 2
+
+
+def test_force_never_replaces_the_run_or_task_folder_or_a_parent_of_either(example_task, tmp_path, capsys):
+    """Issue 18 A.1: --force replaced any folder with a config.json, the task folder included."""
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "pid": 999999999, "run_id": "run-x",
+                                                        "input_dir": str(example_task)})
+    before = snapshot(example_task)
+    for target in (example_task, example_task.parent, out, tmp_path):
+        assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force", "--json"]) == 2
+        err = json.loads(capsys.readouterr().out)["error"]
+        assert "task folder" in err["message"] or "run folder" in err["message"], err
+        assert "would delete" in err["message"] and "pick a new folder" in err["hint"], err
+    assert snapshot(example_task) == before
+
+
+def test_force_replaces_only_what_an_export_wrote(tmp_path, capsys):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    target = tmp_path / "old-export"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    files.atomic_write_json(target / export.EXPORT_MARKER, {"written_by": "export_model.py", "entries": ["config.json"]})
+    (target / "train.jsonl").write_text("{}\n")  # added by hand after the export
+    assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force"]) == 4
+    err = capsys.readouterr().err
+    assert "more than an export wrote" in err and "1 entry would be lost: train.jsonl" in err
+    assert sorted(p.name for p in target.iterdir()) == sorted(["config.json", export.EXPORT_MARKER, "train.jsonl"])
+    (target / "train.jsonl").unlink()
+    export.check_target(target.resolve(), out, True)  # now it is the export's own: replacing it is allowed
+
+
+@needs_verl
+def test_a_task_folder_as_target_with_force_survives_byte_for_byte(run_copy, example_task, tmp_path):
+    """Issue 18 A.1: `--target <a task folder> --force` deleted train.jsonl, judge.py... and exited 0."""
+    before = snapshot(example_task)
+    proc = run_export("--output-dir", str(run_copy), "--target", str(example_task), "--force")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "export_model.py did not write it" in proc.stderr and "would be lost" in proc.stderr
+    assert "train.jsonl" in proc.stderr and "Traceback" not in proc.stderr
+    assert snapshot(example_task) == before
+    assert not list(example_task.parent.glob(f"{example_task.name}.*"))
 
 
 def test_without_verl_anywhere_it_is_exit_3_with_the_install_command(tmp_path, capsys, monkeypatch):

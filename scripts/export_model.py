@@ -120,7 +120,8 @@ def body(args) -> int:
     target = Path(args.target).expanduser() if args.target else None
     checks, data = export.export(output_dir, args.step, target, args.force)
     if data.get("left_at"):
-        checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']}")
+        checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']} (the next "
+                                                   "export removes it)")
                   if c.status == "fail" else c for c in checks]
     if not args.json:
         render_export(checks, data)

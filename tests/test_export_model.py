@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import export_model
@@ -127,6 +129,56 @@ def test_lora_export_is_the_adapter_with_its_base_named(tmp_path):
     assert result["mismatched"] == [] and result["extra"] == [] and result["compared"] > 20
     text = run_export("--output-dir", str(out), "--force")
     assert text.returncode == 0 and "LoRA adapter (not merged)" in text.stdout and "--enable-lora" in text.stdout
+
+
+@needs_verl
+def test_sigterm_stops_the_merger_with_export_and_removes_its_partial_folder(run_copy):
+    """Issue 18 C.8: SIGTERM to export_model.py left VERL's merger running as an orphan and its
+    export/global_step_N.partial-PID folder for ever."""
+    import psutil
+
+    cmd = [sys.executable, str(ROOT / "scripts" / "export_model.py"), "--output-dir", str(run_copy)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    merger = None
+    try:
+        deadline = time.monotonic() + 120
+        while merger is None and time.monotonic() < deadline and proc.poll() is None:
+            merger = next((c for c in psutil.Process(proc.pid).children(recursive=True)
+                           if "verl.model_merger" in " ".join(c.cmdline())), None)
+            time.sleep(0.05)
+        assert merger is not None, "the merger never started"
+        assert list((run_copy / "export").glob("global_step_3.partial-*")), "no partial folder while merging"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if merger is not None and merger.is_running():
+            merger.kill()
+    assert proc.returncode == 143, err
+    assert "Error: stopped by SIGTERM" in err and "Hint:" in err and "Traceback" not in err, err
+    psutil.wait_procs([merger], timeout=10)
+    assert not merger.is_running() or merger.status() == psutil.STATUS_ZOMBIE, "the merger outlived export_model.py"
+    assert not (run_copy / "export" / "global_step_3").exists()
+    assert not list((run_copy / "export").glob("global_step_3.partial-*")), "the partial folder was left"
+
+
+@needs_verl
+def test_the_next_export_removes_a_dead_exports_partial_folder_only(tmp_path):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = out / "export" / f"global_step_3.partial-{dead.pid}"
+    live = out / "export" / f"global_step_3.partial-{os.getppid()}"  # a live process's: maybe its export
+    for folder in (stale, live):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "model.safetensors").write_bytes(b"half")
+    proc = run_export("--output-dir", str(out), "--json")
+    assert proc.returncode == 1, proc.stderr  # the fake shards do not merge; the clean-up came first
+    assert not stale.exists() and live.is_dir()
+    assert [p.name for p in (out / "export").iterdir()] == [live.name]
 
 
 # --------------------------------------------------------------------------- refusals
@@ -352,16 +404,16 @@ def test_compare_refuses_an_unreachable_endpoint_with_exit_3(example_task, tmp_p
     assert "not reachable" in capsys.readouterr().err
 
 
-def test_compare_refuses_a_server_that_serves_another_model_name(example_task, tmp_path, capsys):
+def compare_against(answer: bytes, example_task: Path, out: Path) -> tuple[int, str]:
+    """export_model.py --compare (in-process) against a server whose GET /models answers `answer`; (code, url)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Models(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            raw = json.dumps({"object": "list", "data": [{"id": "other-model"}]}).encode()
             self.send_response(200)
-            self.send_header("Content-Length", str(len(raw)))
+            self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(raw)
+            self.wfile.write(answer)
 
         def log_message(self, *args):
             pass
@@ -370,10 +422,34 @@ def test_compare_refuses_a_server_that_serves_another_model_name(example_task, t
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
-        code = export_model.main(["--output-dir", str(tmp_path), "--compare", "--input-dir", str(example_task),
-                                  "--model-endpoint", url, "--model-endpoint", url])
+        return export_model.main(["--output-dir", str(out), "--compare", "--input-dir", str(example_task),
+                                  "--model-endpoint", url, "--model-endpoint", url]), url
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def test_compare_refuses_a_server_that_serves_another_model_name(example_task, tmp_path, capsys):
+    answer = json.dumps({"object": "list", "data": [{"id": "other-model"}]}).encode()
+    code, _ = compare_against(answer, example_task, tmp_path)
     assert code == 1
     err = capsys.readouterr().err
     assert "other-model" in err and "--served-model-name Qwen/Qwen2.5-0.5B-Instruct" in err
+
+
+@pytest.mark.parametrize("answer,said", [
+    (b'{"data": 5}', '"data" as a JSON int'),
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than"),
+    (b'{"object": "list"}', 'an object without a "data" list'),
+    (b'{"data": [{"id": 7}]}', 'a "data" entry without a string "id"'),
+    (b"<html>not json</html>", "invalid JSON"),
+])
+def test_compare_refuses_a_models_answer_that_is_no_model_list(example_task, tmp_path, capsys, answer, said):
+    """Issue 18 D.13: /models answering {"data": 5} or JSON nested 100,000 deep was a TypeError /
+    RecursionError ("internal error")."""
+    code, url = compare_against(answer, example_task, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"Error: {url}/models answered" in err and said in err and "not an OpenAI model list" in err, err
+    assert "Hint: pass the OpenAI-compatible /v1 URL" in err and "internal error" not in err
+    assert not (tmp_path / "out" / "compare").exists()

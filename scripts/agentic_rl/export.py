@@ -12,6 +12,7 @@ complete (check_model's rules) and with the base model's parameter count.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -218,6 +219,24 @@ def check_target(target: Path, output_dir: Path, force: bool, input_dir: Path | 
                         "move those files out of it, or pick another --target", EXIT_CONFLICT)
 
 
+PARTIAL = re.compile(r"\.partial-(\d+)$")
+
+
+def remove_dead_partials(target: Path) -> list[str]:
+    """Remove T.partial-PID folders beside target whose export (PID) is gone: a merge that was killed, or a
+    failed proof kept for a look. A live PID's folder is left alone (it may be that export's)."""
+    from agentic_rl.edge import procs
+
+    removed = []
+    for path in target.parent.glob(f"{glob.escape(target.name)}.partial-*"):
+        m = PARTIAL.search(path.name)
+        if m and path.is_dir() and not path.is_symlink() and int(m.group(1)) != os.getpid() \
+                and procs.gone(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return sorted(removed)
+
+
 def write_marker(model_dir: Path, data: dict) -> None:
     """Sign a finished export: what it is and every entry it holds (check_target reads this)."""
     files.atomic_write_json(model_dir / EXPORT_MARKER, {
@@ -277,6 +296,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
                         EXIT_ENV)
     base = base_model(output_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
+    data_cleaned = remove_dead_partials(target)
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -285,7 +305,13 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
             "live_run": state["live"], "run_id": state["run_id"], "base_model": base,
             "merger": {"python": python, "chosen_as": how, "log": str(log),
                        "command": verl_merge.merge_command(python, ckpt["actor_dir"], target)}}
-    code = verl_merge.run_merge(python, ckpt["actor_dir"], staging, log)
+    if data_cleaned:
+        data["removed_partials"] = data_cleaned
+    try:
+        code = verl_merge.run_merge(python, ckpt["actor_dir"], staging, log)
+    except BaseException:  # stopped (SIGTERM, Ctrl-C): the merger's group is stopped, its half folder goes too
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if code != 0:
         shutil.rmtree(staging, ignore_errors=True)
         tail = log.read_text(encoding="utf-8", errors="replace")[-16384:]

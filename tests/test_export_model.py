@@ -264,7 +264,7 @@ def test_a_step_the_live_run_is_writing_is_exit_4(tmp_path, capsys):
     fake_checkpoint(out, 4, None)
     run_id = "run-export-live"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ,
-                             run_dir.RUN_ID_ENV: run_id}, stdin=subprocess.DEVNULL)
+                             run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(out)}, stdin=subprocess.DEVNULL)
     try:
         files.atomic_write_json(out / run_dir.STATUS_FILE, {
             "status": "running", "pid": child.pid, "proc_start_time": procs.process_start_time(child.pid),

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentic_rl import run_records
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 from agentic_rl.files import atomic_write_json, atomic_write_text
 
@@ -536,21 +537,37 @@ def checkpoints_dir(output_dir: Path) -> Path:
     return Path(output_dir) / CHECKPOINTS_DIR
 
 
+def read_tracker(ckpt_dir: Path) -> tuple[int | None, str | None]:
+    """(step, text): the step VERL's tracker file names (None: no tracker, or not a step number); text is
+    what the file holds when it is not a step number (run_records.step_text: ASCII digits, in range)."""
+    try:
+        text = (Path(ckpt_dir) / TRACKER).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None, None
+    step = run_records.step_text(text)
+    return step, None if step is not None else text.strip()
+
+
 def latest_checkpoint(output_dir: Path) -> int | None:
     """The step in VERL's tracker file when its global_step_N folder exists."""
     ckpt = checkpoints_dir(output_dir)
+    step = read_tracker(ckpt)[0]
+    return step if step is not None and (ckpt / f"global_step_{step}").is_dir() else None
+
+
+def step_folders(ckpt_dir: Path) -> list[int]:
+    """The steps of the global_step_N folders in ckpt_dir, in order (a name that is no step is not one)."""
     try:
-        step = int((ckpt / TRACKER).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return step if (ckpt / f"global_step_{step}").is_dir() else None
+        names = [p.name for p in Path(ckpt_dir).iterdir() if p.name.startswith("global_step_") and p.is_dir()]
+    except OSError:
+        return []
+    return sorted(s for name in names if (s := run_records.step_text(name.removeprefix("global_step_"))) is not None)
 
 
 def checkpoint_steps(output_dir: Path) -> dict:
     """{latest, steps, dir}: the tracker's step and every global_step_N folder present."""
     ckpt = checkpoints_dir(output_dir)
-    steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
-    return {"latest": latest_checkpoint(output_dir), "steps": steps, "dir": str(ckpt)}
+    return {"latest": latest_checkpoint(output_dir), "steps": step_folders(ckpt), "dir": str(ckpt)}
 
 
 def saves_no_checkpoints(save_freq: Any) -> bool:

@@ -257,6 +257,8 @@ def watch(output_dir: Path, args) -> int:
     """Redraw until the run ends (its exit code), --count refreshes were shown, or Ctrl-C (the exit code of
     the last status shown). --json: one envelope per refresh, each on one line (JSON Lines)."""
     tty = sys.stdout.isatty() and not args.json
+    if args.json:
+        cli.json_lines()
     reader = metrics_reader.HistoryReader(output_dir)
     data = None
     shown = 0
@@ -266,7 +268,7 @@ def watch(output_dir: Path, args) -> int:
             shown += 1
             if args.json:
                 code = run_status.exit_code(data)
-                cli.print_json(cli.envelope(not code, data=data, error=run_failure(data, code)), indent=None)
+                cli.print_json(cli.envelope(not code, data=data, error=run_failure(data, code)))
             elif tty:  # the redraw is ours; what render() shows passes the escaping stdout
                 cli.raw_stdout().write("\x1b[H\x1b[2J")
                 sys.stdout.write(render(data) + "\n")

@@ -6,6 +6,7 @@ and --plot says what it cannot write."""
 from __future__ import annotations
 
 import json
+import sys
 
 import check_status
 import export_model
@@ -95,6 +96,23 @@ def test_visible_and_json_escapes():
     assert json.loads(text) == {"t": every} and json.loads(cli.dumps_json({"t": every}, indent=None)) == {"t": every}
 
 
+def test_every_cli_writes_through_the_one_escaping_layer(capsys):
+    """Any print of any CLI (a table, a message, a warning, Error/Hint) is escaped by run_cli, not by each
+    caller; only what asks for raw_output (a library's progress bar) passes as is."""
+    def body(args) -> int:
+        print("out \x1b]0;t\x07")
+        cli.print_warning("warn \u202e")
+        with cli.raw_output():
+            print("bar 50%\rbar 100%", file=sys.stderr)
+        raise cli.UserError("error \x9b2J", "hint \r")
+
+    assert cli.run_cli(body, cli.ArgumentParser(prog="x"), []) == 1
+    out, err = capsys.readouterr()
+    assert out == "out \\x1b]0;t\\x07\n"
+    assert err == "Warning: warn \\u202e\nbar 50%\rbar 100%\nError: error \\x9b2J\nHint: hint \\r\n"
+    assert not isinstance(sys.stdout, cli.Visible) and not isinstance(sys.stderr, cli.Visible)
+
+
 # --------------------------------------------------------------------------- C.7 --watch --json
 
 
@@ -117,6 +135,8 @@ def test_watch_json_of_an_ended_run_is_one_envelope_with_its_error(tmp_path):
     assert proc.returncode == 1 and len(proc.stdout.splitlines()) == 1
     doc = json.loads(proc.stdout)
     assert not doc["ok"] and "the trainer died" in doc["error"]["message"]
+    proc = run_script("check_status.py", "--output-dir", str(tmp_path / "none"), "--watch", "0.2", "--json")
+    assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1 and "no run found" in proc.stdout
 
 
 @pytest.mark.parametrize("argv", [["--count", "2"], ["--watch", "1", "--count", "0"]])
@@ -129,12 +149,17 @@ def test_count_goes_with_watch(tmp_path, capsys, argv):
 # --------------------------------------------------------------------------- D.10 hostile numbers
 
 
+def history_and(out, text: str) -> None:
+    """A completed run of 5 healthy steps, then text appended to its metrics file."""
+    write_status(out)
+    write_history(out, range(1, 6), AGL)
+    with open(out / "metrics" / "attempt-0001.jsonl", "a") as fh:
+        fh.write(text)
+
+
 @pytest.mark.parametrize("case", METRICS_CASES, ids=[c.id for c in METRICS_CASES])
 def test_hostile_numbers_are_skipped_and_counted_in_every_view(tmp_path, capsys, case):
-    write_status(tmp_path)
-    write_history(tmp_path, range(1, 6), AGL)
-    with open(tmp_path / "metrics" / "attempt-0001.jsonl", "a") as fh:
-        fh.write(case.line + "\n")
+    history_and(tmp_path, case.line + "\n")
     assert check_status.main(["--output-dir", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "internal error" not in err and "skipped" in out
@@ -148,21 +173,15 @@ def test_hostile_numbers_are_skipped_and_counted_in_every_view(tmp_path, capsys,
 
 
 def test_a_loss_gone_nan_is_still_the_divergence_flag_not_a_skipped_value(tmp_path):
-    write_status(tmp_path)
-    write_history(tmp_path, range(1, 6), AGL)
-    with open(tmp_path / "metrics" / "attempt-0001.jsonl", "a") as fh:
-        fh.write('{"step": 6, "data": {"actor/grad_norm": NaN, "actor/kl_loss": 1e300}}\n')
+    history_and(tmp_path, '{"step": 6, "data": {"actor/grad_norm": NaN, "actor/kl_loss": 1e300}}\n')
     data = run_status.collect(tmp_path)
     assert [f["flag"] for f in data["flags"]] == ["nan"] and data["skipped"]["metric_values"] == 1
 
 
 def test_a_partial_last_line_is_not_counted_and_a_null_is_no_value(tmp_path):
-    write_status(tmp_path)
-    write_history(tmp_path, range(1, 4), AGL)
-    with open(tmp_path / "metrics" / "attempt-0001.jsonl", "a") as fh:
-        fh.write('{"step": 4, "data": {"training/reward": null}}\n\n{"step": 5, "data": {"training/rew')
+    history_and(tmp_path, '{"step": 6, "data": {"training/reward": null}}\n\n{"step": 7, "data": {"training/rew')
     history = metrics_reader.load_history(tmp_path)
-    assert history.skipped == {"lines": 0, "values": 0} and history[-1]["step"] == 4
+    assert history.skipped == {"lines": 0, "values": 0} and history[-1]["step"] == 6
 
 
 def test_hostile_status_and_rehearsal_fields_read_as_absent_and_counted(tmp_path, capsys):

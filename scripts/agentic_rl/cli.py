@@ -19,13 +19,14 @@ package in every rollout process, so it must stay cheap to import.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import re
 import traceback
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,18 @@ def raw_stdout() -> Any:
     return getattr(sys.stdout, "inner", sys.stdout)
 
 
+@contextlib.contextmanager
+def raw_output() -> Iterator[None]:
+    """stdout and stderr without Visible for a while: a library's own progress bar (tqdm redraws its line
+    with a carriage return), never text read from a run or a model."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (getattr(s, "inner", s) for s in streams)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
 def json_safe(obj: Any) -> Any:
     """obj with what strict JSON cannot carry made visible: NaN/inf as the strings "nan"/"inf"/"-inf",
     lone surrogates as `\\udXXX` text, other objects as str(). Only called when a value needs it."""
@@ -166,9 +179,18 @@ def dumps_json(obj: Any, indent: int | None = 2) -> str:
     return _MAYBE_UNSAFE.sub(_json_escaped, text) if _MAYBE_UNSAFE.search(text) else text
 
 
-def print_json(obj: Any, indent: int | None = 2) -> None:
+_json_lines = False  # one document a line (check_status --watch --json); run_cli resets it
+
+
+def json_lines() -> None:
+    """From now on until this CLI ends, every envelope is one line (JSON Lines), its errors included."""
+    global _json_lines
+    _json_lines = True
+
+
+def print_json(obj: Any) -> None:
     """The one --json printer: always strict JSON, whatever a value holds."""
-    print(dumps_json(obj, indent))
+    print(dumps_json(obj, None if _json_lines else 2))
 
 
 def print_error(message: str, hint: str = "") -> None:
@@ -313,8 +335,8 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
     With --json every exit, usage errors included, prints exactly one envelope. visible_output: stdout and
     stderr go through Visible while the CLI runs (False only for the training job, whose output is the
     log: check_status escapes it when it shows it, and tqdm's carriage returns must stay there)."""
-    global _emitted
-    _emitted = False
+    global _emitted, _json_lines
+    _emitted = _json_lines = False
     streams = sys.stdout, sys.stderr
     if visible_output:
         sys.stdout, sys.stderr = Visible(sys.stdout), Visible(sys.stderr)

@@ -238,6 +238,33 @@ def test_step_text_takes_ascii_digits_in_range_only():
     assert doctest.testmod(run_records).failed == 0
 
 
+@pytest.mark.parametrize("offset", ["x", -5, 10 ** 400, 1.5], ids=["string", "negative", "400-digits", "float"])
+def test_every_other_reader_of_o_takes_hostile_records_without_raising(tmp_path, capsys, offset):
+    """The attempt records and names, samples/state.json and a log's rollout line go through the same rules."""
+    write_status(tmp_path)
+    write_history(tmp_path, range(1, 4), AGL)
+    (tmp_path / run_dir.JUDGE_ERRORS_FILE).write_text("{}\n{}\n")
+    files.atomic_write_json(tmp_path / "metrics" / f"attempt-0001{run_dir.ATTEMPT_RECORD_SUFFIX}",
+                            {"run_id": "r1", "mode": "train", "continues": "yes", "judge_errors_offset": offset})
+    (tmp_path / "metrics" / ("attempt-" + "9" * 240 + ".jsonl")).write_text(line_of(2))  # the longest name
+    (tmp_path / "metrics" / "attempt-٣.jsonl").write_text(line_of(3))
+    (tmp_path / run_dir.LOG_FILE).write_text("AglRolloutManager: completed=" + "9" * 5000 + "/8 succeeded=1 failed=0\n")
+    assert check_status.main(["--output-dir", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["data"]
+    assert data["judge_errors"] == 2 and data["progress"]["step"] == 3 and data["progress"]["rollouts"] is None
+    assert run_dir.next_metrics_file(tmp_path)[0] == 2  # the 240-digit and the Arabic-Indic names are none
+    (tmp_path / run_dir.SAMPLES_DIR).mkdir()
+    (tmp_path / run_dir.SAMPLES_DIR / samples.STATE).write_text(json.dumps({"seen": offset, "val_step": offset}))
+    state = samples.Writer(tmp_path, "r2", 8).state
+    assert state["seen"] == 0 and state["val_step"] is None
+    (tmp_path / "m.jsonl").write_text('{"step": ' + "9" * 400 + '}\n{"step": "7"}\n' + "[" * 100000 + "\n")
+    assert not run_dir.trained_past(tmp_path / "m.jsonl", 3)
+
+
+def line_of(step: int) -> str:
+    return json.dumps({"step": step, "data": {"training/reward": 0.5}}) + "\n"
+
+
 # --------------------------------------------------------------------------- D.14, E.24 --plot
 
 

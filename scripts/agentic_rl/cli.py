@@ -22,8 +22,8 @@ import argparse
 import contextlib
 import json
 import math
-import sys
 import re
+import sys
 import traceback
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence

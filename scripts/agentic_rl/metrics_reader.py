@@ -39,14 +39,11 @@ N_ROLLOUTS = "training/n_rollouts"
 NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-finite value means divergence
 
 
-ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
-
-
 def attempt_files(output_dir: Path, attempts: list[int] | None = None) -> list[Path]:
     """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999); with
     attempts (run_dir.run_scope's), only those."""
-    numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
-                if (m := ATTEMPT_NAME.fullmatch(p.name)) and (attempts is None or int(m.group(1)) in attempts)]
+    numbered = [(n, p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
+                if (n := run_dir.attempt_number(p.name)) is not None and (attempts is None or n in attempts)]
     files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / run_dir.METRICS_FILE
     if attempts is None and legacy.is_file() and not legacy.is_symlink():

@@ -62,7 +62,8 @@ def _text(value: Any) -> bool:
     return value is None or type(value) is str
 
 
-def _count(value: Any) -> bool:
+def count(value: Any) -> bool:
+    """A count or byte offset: none (null) or an integer in [0, COUNT_MAX)."""
     return value is None or (_int(value) and 0 <= value < COUNT_MAX)
 
 
@@ -75,7 +76,7 @@ SAMPLE_FIELDS = {
     "rollout_id": lambda v: type(v) is str and bool(v), "run_id": _text, "split": _text,
     "step": lambda v: v is None or step(v) is not None, "row_id": _scalar, "state": _text,
     "prompt": _text, "response": _text, "reward": reward, "reason": _text, "judge_error": _text,
-    "response_tokens": _count, "finish_reason": _text, "model_calls": _count, "http_status": _count,
+    "response_tokens": count, "finish_reason": _text, "model_calls": count, "http_status": count,
     "error": _text, "time": _text,
 }
 
@@ -101,13 +102,13 @@ STATUS_TEXTS = ("start_time", "end_time", "mode", "reason", "hint", "detail", "f
 
 
 def _failures(value: Any) -> bool:  # training.status rollout_failures: {failed, message, first: {...}}
-    return value is None or (type(value) is dict and _count(value.get("failed")) and _text(value.get("message"))
+    return value is None or (type(value) is dict and count(value.get("failed")) and _text(value.get("message"))
                              and (value.get("first") is None or type(value.get("first")) is dict))
 
 
 # rehearsal.json's summary fields and their tests.
-REHEARSAL_FIELDS = {"run_id": _text, "mean_reward": reward, "failed": _count, "judge_errors": _count,
-                    "rollouts": _count}
+REHEARSAL_FIELDS = {"run_id": _text, "mean_reward": reward, "failed": count, "judge_errors": count,
+                    "rollouts": count}
 
 
 def status_fields(record: dict) -> tuple[dict, list[str]]:
@@ -127,6 +128,17 @@ def rehearsal_fields(record: Any) -> tuple[dict | None, list[str]]:
         return None, ["rehearsal.json"]
     bad = [k for k, ok in REHEARSAL_FIELDS.items() if not ok(record.get(k))]
     return ({**record, **dict.fromkeys(bad)} if bad else record), bad
+
+
+# metrics/attempt-NNNN.run.json (run_dir.next_metrics_file writes it): what run_scope reads.
+ATTEMPT_FIELDS = {"run_id": _text, "mode": _text, "continues": lambda v: v is None or type(v) is bool,
+                  "judge_errors_offset": count}
+
+
+def attempt_fields(record: dict) -> dict:
+    """An attempt record with each field of the wrong type or range set to None (read as absent)."""
+    bad = [k for k, ok in ATTEMPT_FIELDS.items() if not ok(record.get(k))]
+    return {**record, **dict.fromkeys(bad)} if bad else record
 
 
 class Records(list):

@@ -182,10 +182,12 @@ class Writer:
         self.run_id, self.rollouts_per_step = run_id, max(1, int(rollouts_per_step))
         try:
             old = json.loads((self.dir / STATE).read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             old = {}
-        self.state = {"run_id": run_id, "val_step": old.get("val_step"),
-                      **{k: int(old.get(k) or 0) for k in ("seen", "kept", "missed", "gone", "val_dropped")}}
+        old = old if isinstance(old, dict) else {}
+        self.state = {"run_id": run_id, "val_step": run_records.step(old.get("val_step")),
+                      **{k: old.get(k) if run_records.count(old.get(k)) and old.get(k) else 0
+                         for k in ("seen", "kept", "missed", "gone", "val_dropped")}}
 
     def wants(self, rollout_id: str, split: str) -> bool:
         """Count a terminal rollout as seen; True when its sample is to be read and kept."""
@@ -345,10 +347,11 @@ def _last_step(path: Path) -> int | None:
         return None
     for raw in reversed(lines):
         try:
-            step = json.loads(raw).get("step")
-        except (ValueError, AttributeError):
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
             continue
-        if isinstance(step, int):
+        step = run_records.step(rec.get("step")) if isinstance(rec, dict) else None
+        if step is not None:
             return step
     return None
 

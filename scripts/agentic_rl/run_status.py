@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from agentic_rl import files, metrics_reader, run_dir, run_health, samples
+from agentic_rl import files, learning_signal, metrics_reader, run_dir, run_health, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 
@@ -138,8 +138,11 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope)
-             + rollout_failure_flags(st.get("rollout_failures")))
+    signal = learning_signal.view((rehearsal or {}).get("learning_signal"))
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope,
+                               # a rehearsal measured its groups whole (learning_signal); no guess from samples
+                               st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
+             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal))
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -152,6 +155,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
+        "learning_signal": signal,
         "progress": run_health.progress(history, st, log, summary), "latest": run_health.latest(history, judge_errors),
         "flags": flags,
         "rollout_failures": st.get("rollout_failures"),
@@ -193,9 +197,11 @@ def scoped(found: list[dict], scope: dict | None) -> list[dict]:
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
-def with_sample_flags(flags: list[dict], output_dir: Path, scope: dict | None = None) -> list[dict]:
+def with_sample_flags(flags: list[dict], output_dir: Path, scope: dict | None = None,
+                      groups_logged: bool = False) -> list[dict]:
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
-    return flags + run_health.sample_flags(scoped(samples.read(output_dir, recent_only=True), scope), judged)
+    known = groups_logged or any(f["flag"] == "no_signal" for f in flags)  # judged from the metrics already
+    return flags + run_health.sample_flags(scoped(samples.read(output_dir, recent_only=True), scope), judged, known)
 
 
 def collect_samples(output_dir: Path, args) -> dict:

@@ -59,21 +59,25 @@ def summarize(groups: Iterable[tuple[Any, list[float], float | None]]) -> dict:
         if n < 2:
             single += 1
             continue
-        mean = sum(rewards) / n
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        total = sum(rewards)
+        mean = total / n
+        std = math.sqrt(max(0.0, sum(r * r for r in rewards) / n - mean * mean))
         equal = max(rewards) - min(rewards) <= EQUAL_EPS
-        wins = sum(1 for r in rewards if r > SOLVED_ABOVE)
+        wins = len([r for r in rewards if r > SOLVED_ABOVE])
         n_groups += 1
         rollouts += n
         solved += wins
-        zero += equal
-        solved_all += wins == n
-        failed_all += wins == 0
-        any_solved += wins > 0
+        if equal:
+            zero += 1
+            seconds_zero += seconds or 0.0
+        if wins == n:
+            solved_all += 1
+        elif wins == 0:
+            failed_all += 1
+        if wins:
+            any_solved += 1
         means.append(mean)
-        if seconds is not None:
-            seconds_all += seconds
-            seconds_zero += seconds if equal else 0.0
+        seconds_all += seconds or 0.0
         per_group.append({"key": key, "rollouts": n, "mean": round(mean, 6), "std": round(std, 6),
                           "zero_variance": equal, "solved": wins})
     share = round(zero / n_groups, 4) if n_groups else None
@@ -116,19 +120,24 @@ def measure(results: list[dict], n: int, oracle: bool) -> dict:
     if not train or n < 2:
         why = "no train row was rehearsed (--sample 0)" if not train else f"rollout.n is {n}: a group needs 2 rollouts"
         return {"measured": False, "verdict": "not_measured", "rollout_n": n, "message": why, "hint": HOW_TO_MEASURE}
-    by_row: dict[int, dict] = {}
+    by_row: dict[int, list] = {}  # row -> [rewards, seconds, row_id, rollouts without a reward]
     for r in train:
-        g = by_row.setdefault(r["row"], {"rewards": [], "seconds": 0.0, "row_id": r.get("row_id"), "no_reward": 0})
-        if isinstance(r.get("reward"), (int, float)) and not isinstance(r.get("reward"), bool):
-            g["rewards"].append(float(r["reward"]))
+        g = by_row.get(r["row"])
+        if g is None:
+            g = by_row[r["row"]] = [[], 0.0, r.get("row_id"), 0]
+        reward = r.get("reward")
+        if type(reward) in (int, float):  # not a bool, not None
+            g[0].append(float(reward))
         else:
-            g["no_reward"] += 1  # a failed rollout: its group's spread is unknown, it is not judged
-        g["seconds"] += max(0.0, (r.get("latency_s") or 0.0) - (r.get("queue_s") or 0.0))
-    sig = summarize((row, g["rewards"] if not g["no_reward"] else [], g["seconds"]) for row, g in sorted(by_row.items()))
+            g[3] += 1  # a failed rollout: its group's spread is unknown, it is not judged
+        running = (r.get("latency_s") or 0.0) - (r.get("queue_s") or 0.0)
+        if running > 0:
+            g[1] += running
+    sig = summarize((row, [] if g[3] else g[0], g[1]) for row, g in sorted(by_row.items()))
     for g in sig["per_group"]:
         g["row"] = g.pop("key")
-        g["row_id"] = by_row[g["row"]]["row_id"]
-    sig["unjudged_groups"] = sum(1 for g in by_row.values() if g["no_reward"])
+        g["row_id"] = by_row[g["row"]][2]
+    sig["unjudged_groups"] = sum(1 for g in by_row.values() if g[3])
     sig.pop("single_rollout_groups")
     return {"measured": True, "rollout_n": n, **sig, **judge(sig)}
 

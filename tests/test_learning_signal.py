@@ -281,3 +281,41 @@ def test_write_filtered_needs_a_real_model_and_a_sample(example_task, tmp_path):
         assert got.returncode == 2 and "Error: --write-filtered needs" in got.stderr and "Hint:" in got.stderr
         assert not (tmp_path / "out" / run_dir.STATUS_FILE).exists()
 
+
+
+# --------------------------------------------------------------------------- what the trainer really logs
+
+GROUP_PROBE = """
+import json
+import numpy as np
+import torch
+from verl import DataProto
+from agentlightning.verl.trainer import _grpo_group_metrics
+uids = np.array(["a"] * 4 + ["b"] * 4 + ["c"] * 4, dtype=object)
+scores = torch.zeros(12, 5)
+scores[:4, -1] = 1.0  # a: all solved, b: all failed, c: one of four
+scores[8, -1] = 1.0
+print(json.dumps(_grpo_group_metrics(DataProto.from_dict(tensors={"token_level_scores": scores},
+                                                          non_tensors={"uid": uids}))))
+"""
+
+
+@pytest.mark.slow
+def test_agent_lightnings_own_group_counts_raise_no_signal(tmp_path):
+    """The keys and meaning of the per-step group counts, from agentlightning 1.0.2's trainer itself
+    (in .venv-verl), read by check_status's flag."""
+    import subprocess
+
+    from conftest import ROOT
+
+    verl_py = ROOT / ".venv-verl" / "bin" / "python"
+    if not verl_py.exists():
+        pytest.skip(".venv-verl is missing: `make verl-venv` builds it")
+    proc = subprocess.run([str(verl_py), "-c", GROUP_PROBE], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logged = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert logged == {"training/n_groups": 3, "training/n_zero_adv_groups": 2}
+    hist = [{"step": s, "data": logged} for s in (1, 2, 3)]
+    (flag,) = [f for f in run_health.flags(hist) if f["flag"] == "no_signal"]
+    assert flag["value"] == round(2 / 3, 3) and flag["step"] == 3

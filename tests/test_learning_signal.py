@@ -88,6 +88,8 @@ def test_the_oracle_and_unmeasurable_rehearsals_say_how_to_measure():
     assert "rollout.n is 1" in ls.measure([result(0, 1.0)], 1, oracle=False)["message"]
     failed = ls.measure([result(0, 1.0), result(0, None), result(1, 0.0), result(1, 1.0)], 2, oracle=False)
     assert failed["groups"] == 1 and failed["unjudged_groups"] == 1  # a failed rollout's group is not judged
+    nan = ls.measure([result(0, float("nan")), result(0, 1.0), result(1, 0.0), result(1, 0.0)], 2, oracle=False)
+    assert nan["groups"] == 1 and nan["unjudged_groups"] == 1 and nan["zero_variance_groups"] == 1
     assert ls.summary_line({"verdict": "ok", "measured": True, "groups": "x"}).startswith("ok: (the learning")
 
 
@@ -153,6 +155,8 @@ def test_no_signal_from_samples_when_the_trainer_logs_no_group_counts():
     assert not [f for f in run_health.sample_flags(same, signal_known=True) if f["flag"] == "no_signal"]
     mixed = [sample(s, str(r), float(i), i) for s in (1, 2, 3) for r in range(4) for i in range(2)]
     assert not [f for f in run_health.sample_flags(mixed) if f["flag"] == "no_signal"]
+    assert not [f for f in run_health.sample_flags([{**x, "reward": math.nan} for x in same])
+                if f["flag"] == "no_signal"]  # a NaN reward is no reward
     singles = [sample(s, str(r), 1.0, 0) for s in (1, 2, 3) for r in range(8)]  # no row sampled twice: no guess
     assert not [f for f in run_health.sample_flags(singles) if f["flag"] == "no_signal"]
 

@@ -97,6 +97,7 @@ def summarize(groups: Iterable[tuple[Any, list[float], float | None]]) -> dict:
 def histogram(values: list[float], bins: int = HISTOGRAM_BINS) -> list[dict]:
     """Counts of values in `bins` equal bins over [0, 1], widened to the values' range when they leave it;
     the last bin includes its upper edge."""
+    values = [v for v in values if math.isfinite(v)]
     if not values:
         return []
     lo, hi = min(0.0, min(values)), max(1.0, max(values))
@@ -126,10 +127,10 @@ def measure(results: list[dict], n: int, oracle: bool) -> dict:
         if g is None:
             g = by_row[r["row"]] = [[], 0.0, r.get("row_id"), 0]
         reward = r.get("reward")
-        if type(reward) in (int, float):  # not a bool, not None
+        if type(reward) in (int, float) and math.isfinite(reward):  # not a bool, None or NaN
             g[0].append(float(reward))
         else:
-            g[3] += 1  # a failed rollout: its group's spread is unknown, it is not judged
+            g[3] += 1  # a failed rollout (or a NaN): its group's spread is unknown, it is not judged
         running = (r.get("latency_s") or 0.0) - (r.get("queue_s") or 0.0)
         if running > 0:
             g[1] += running
@@ -280,7 +281,9 @@ def samples_flag(train_samples: list[dict], k: int = K_STEPS) -> dict | None:
     steps = sorted({s.get("step") for s in train_samples if isinstance(s.get("step"), int)})[-k:]
     groups: dict[tuple, list[float]] = {}
     for s in train_samples:
-        if s.get("step") in steps and s.get("row_id") is not None and isinstance(s.get("reward"), (int, float)):
+        reward = s.get("reward")
+        if (s.get("step") in steps and s.get("row_id") is not None and type(reward) in (int, float)
+                and math.isfinite(reward)):
             groups.setdefault((s.get("run_id"), s["step"], str(s["row_id"])), []).append(float(s["reward"]))
     sig = summarize((key, rewards, None) for key, rewards in groups.items())
     if sig["groups"] < SAMPLE_GROUPS_MIN or sig["zero_variance_share"] <= MOSTLY_ZERO:

@@ -138,7 +138,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
-    signal = learning_signal.view((rehearsal or {}).get("learning_signal"))
+    signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
     flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
                                st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))

@@ -9,8 +9,10 @@ Usage: check_model.py --model NAME [--models-dir DIR ...] [--list] [--json]
 NAME is a path, a folder under a search root (--models-dir, else $EVO_MODELS_DIR, colon-separated,
 else ~/models), or ORG/NAME in the Hugging Face cache ($HF_HOME/hub). Only --download touches the
 network: it fetches ORG/NAME from the Hugging Face Hub (huggingface_hub, as `hf download ORG/NAME
---local-dir ROOT/NAME` does) into the first search root, then checks it like --model. --set-agent
-writes the model's resolved absolute folder, so a later shell finds it without EVO_MODELS_DIR.
+--local-dir ROOT/NAME` does) into the first search root, records the repo id in ROOT/NAME/.arl-source.json,
+then checks it like --model; a complete ROOT/NAME is reused only when it records ORG/NAME (else exit 4).
+--set-agent writes the model's resolved absolute folder, so a later shell finds it without
+EVO_MODELS_DIR; a linked agent.json is written through its link, and the output names that file.
 --config checks data.max_prompt_length + max_response_length (and rollout.max_model_len) against
 the model's max_position_embeddings; with --gpus it estimates the memory too.
 
@@ -114,11 +116,12 @@ def body(args) -> int:
     if args.download:
         if args.model and args.model != args.download:
             raise UserError("--model and --download name two models", "pass one of them", cli.EXIT_USAGE)
+        hub.check_repo_id(args.download)
         args.model = args.download
     if not args.model and not args.list:
         raise UserError("nothing to do", "pass --model NAME, --download ORG/NAME or --list", cli.EXIT_USAGE)
     downloaded = None
-    if args.download and not _complete_here(args.download, roots):
+    if args.download and not _reusable(args.download, roots):
         target = download_dir(args.download, roots)
         print(f"downloading {args.download} into {target} ...", file=sys.stderr, flush=True)
         downloaded = hub.download(args.download, target)
@@ -160,7 +163,12 @@ def body(args) -> int:
     context_ok = data.get("context", {}).get("status") != "fail"
     if info["complete"] and context_ok and args.set_agent is not None:  # "": --input-dir, else $EVO_INPUT_DIR
         # The resolved folder, not the name: a bare name resolves only where EVO_MODELS_DIR says so.
-        data["agent_file"] = str(task.set_agent(task.resolve_input_dir(args.set_agent or args.input_dir), str(path)))
+        input_dir = task.resolve_input_dir(args.set_agent or args.input_dir)
+        written = task.set_agent(input_dir, str(path))
+        data["agent_file"] = str(written)
+        link = task.agent_config_path(input_dir)
+        if link is not None and link.is_symlink():
+            data["agent_link"] = str(link)  # the task's agent file is a link: the shared file changed
         data["model_name_written"] = str(path)
     if not args.list:
         lines.append(cli.render_table([row(args.model, info)]))
@@ -173,6 +181,9 @@ def body(args) -> int:
         total = f"{fit['gpu_total_gb']:.1f} GB" if fit["gpu_total_gb"] else "unknown"
         lines.append(f"memory fit (estimate): {fit['per_gpu_gb']:.1f} GB per GPU of {total}: {fit['verdict']}")
         lines += [f"try: {s}" for s in fit["suggestions"]]
+    if "agent_link" in data:
+        lines.append(f"{data['agent_link']} is a link: model_name was written to the file it links to, "
+                     f"{data['agent_file']} (every task folder linking to it changes too)")
     if "agent_file" in data:
         lines.append(f"model_name written to {data['agent_file']}: {path} (the folder {args.model} resolves to "
                      "now, so a new shell finds it without EVO_MODELS_DIR)")
@@ -187,10 +198,17 @@ def body(args) -> int:
     return cli.emit(args.json, data=data, error=err, table="\n".join(lines))
 
 
-def _complete_here(name: str, roots: list[Path]) -> bool:
-    """--download skips the Hub when the model already resolves to a complete folder."""
+def _reusable(name: str, roots: list[Path]) -> bool:
+    """--download skips the Hub when the model already resolves to a complete folder, and that folder is
+    NAME's: a ROOT/<last part> folder must record that it was downloaded from NAME (hub.check_reuse
+    refuses one of another organisation, or of unknown origin)."""
     path = resolve_model(name, roots)
-    return path is not None and inspect_model(path)["complete"]
+    if path is None or not inspect_model(path)["complete"]:
+        return False
+    last = name.rstrip("/").split("/")[-1]
+    if "/" in name and any(path == (root / last).resolve() for root in roots):
+        hub.check_reuse(name, path)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,9 @@ Export: the latest finished checkpoint (VERL's checkpoints/latest_checkpointed_i
 child process with a Python that has verl: $ARL_TRAIN_PYTHON, this one, the bundle's .venv, then
 .venv-verl) into O/export/global_step_N (or --target), and is then proved: complete (config,
 tokenizer, weights, as check_model.py checks) with the base model's parameter count. A step the live
-run is still writing is refused (exit 4), as is an existing target without --force (exit 4). The
+run is still writing is refused (exit 4), as is an existing target without --force (exit 4). --force
+replaces only a folder an export wrote (its .arl-export.json lists every entry); never the run or task
+folder, a parent of either, or a folder holding anything else (exit 2/4, naming what would be lost). The
 merger writes bfloat16. LoRA runs: the target holds the base weights and lora_adapter/ the trained
 adapter (VERL does not merge them); the output says so and names the base.
 
@@ -66,7 +68,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--step", type=step_arg, default=None, metavar="N|latest",
                         help="the checkpoint step (default: latest, from VERL's tracker file)")
     parser.add_argument("--target", metavar="DIR", help="where the model folder goes (default: O/export/global_step_N)")
-    parser.add_argument("--force", action="store_true", help="replace an existing target model folder")
+    parser.add_argument("--force", action="store_true", help="replace an existing target that an earlier export wrote (nothing else)")
     parser.add_argument("--compare", action="store_true",
                         help="score two servers on test.jsonl instead of exporting (with two --model-endpoint)")
     parser.add_argument("--model-endpoint", action="append", default=[], metavar="URL",
@@ -118,7 +120,8 @@ def body(args) -> int:
     target = Path(args.target).expanduser() if args.target else None
     checks, data = export.export(output_dir, args.step, target, args.force)
     if data.get("left_at"):
-        checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']}")
+        checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']} (the next "
+                                                   "export removes it)")
                   if c.status == "fail" else c for c in checks]
     if not args.json:
         render_export(checks, data)

@@ -126,7 +126,7 @@ def runs():
         alive = procs.find_run_processes(run_id)
         if alive:
             left[run_id] = [p.pid for p in alive]
-            procs.kill_run(run_id, term_first=False)
+            procs.kill_run(run_id, None, term_first=False)
     assert not left, f"processes left behind: {left}"
 
 

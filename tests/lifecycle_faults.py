@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 from agentic_rl import files, rehearsal, run_dir
 from agentic_rl.edge import procs
-from conftest import run_script
+from conftest import run_module, run_script
 from launch_helpers import wait_for
 
 SLOW = {rehearsal.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the fault
@@ -119,7 +119,7 @@ class Harness:
             alive = self.carriers(run_id)
             if alive:
                 left[run_id] = alive
-                procs.kill_run(run_id, term_first=False)
+                procs.kill_run(run_id, None, term_first=False)
         for mount in self.mounts:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
         return left
@@ -292,6 +292,65 @@ def job_stopped_with_sigstop(h: Harness) -> None:
     assert h.status(h.out)["status"] == "stopped"
 
 
+# --------------------------------------------------------------------------- 18.A2, 18.A3: another folder's run
+
+
+def sleeper(run_id: str, folder: Path) -> subprocess.Popen:
+    """A real process of run run_id working in folder, as every process of a run carries them."""
+    return subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(folder)})
+
+
+def job_by_hand_with_another_folders_run_id(h: Harness) -> None:
+    """`python -m agentic_rl.training_job --run-id <A's id> --output-dir B` whose preflight fails SIGTERMed
+    run A at its shutdown (kill_run matched EVO_RUN_ID alone)."""
+    a_dir, b_dir = h.tmp / "a", h.tmp / "b"
+    a_dir.mkdir()
+    run_a = "run-18a2-aaaaaa"
+    (h.task / "config.json").write_text('{"actor_rollout_ref": {"rollout": {"n": 0}}}\n')  # fails preflight
+    a = sleeper(run_a, a_dir)
+    try:
+        job = run_module("training_job", "--input-dir", str(h.task), "--output-dir", str(b_dir), "--run-id", run_a,
+                         "--rehearse", timeout=120)
+        assert a.poll() is None, f"run A's process was signalled ({a.returncode})"
+        assert job.returncode == 4, job.stdout + job.stderr
+        assert job.stderr.count("Error:") == 1 and "Hint:" in job.stderr and "Traceback" not in job.stderr
+        assert f"run id {run_a} belongs to a live run of another folder ({a_dir}" in job.stderr, job.stderr
+        assert not (b_dir / run_dir.STATUS_FILE).exists(), "the refused job wrote a record"
+        # A job of B with the id, past the refusal (it started its own processes), stops only its own:
+        b = sleeper(run_a, b_dir)
+        try:
+            assert procs.kill_run(run_a, b_dir, timeout=5) == [] and b.wait(10) is not None
+            assert a.poll() is None, "kill_run of folder B signalled folder A's process"
+        finally:
+            b.kill()
+            b.wait()
+    finally:
+        a.kill()
+        a.wait()
+
+
+def record_names_another_folders_run(h: Harness) -> None:
+    """B's training.status names live run A's run id (hand-edited or copied), with B's own dir_id and a dead
+    pid: stop_training.py --force on B SIGKILLed run A, and check_status counted A's processes as B's."""
+    a = h.started()
+    b_dir = h.tmp / "b"
+    b_dir.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    files.atomic_write_json(b_dir / run_dir.STATUS_FILE, {
+        **a, "pid": dead.pid, "pgid": dead.pid, "output_dir": str(b_dir), "dir_id": run_dir.folder_id(b_dir)})
+    for extra in ((), ("--force",)):
+        refused = h.stop(b_dir, "--json", *extra)
+        assert refused.returncode == 1 and "nothing was signalled" in refused.stderr, refused.stderr
+        assert procs.identify(a["pid"], a["proc_start_time"], a["run_id"], h.out)[0], "run A was signalled"
+    assert h.status(h.out)["status"] == "running" and h.carriers(a["run_id"])
+    _, envelope = h.check(b_dir)
+    assert not envelope["data"]["alive"] and envelope["data"]["resources"]["processes"] == 0, envelope["data"]
+    assert h.stop().returncode == 0 and h.status(h.out)["status"] == "stopped"
+    h.wait_gone(a["run_id"], 10)
+
+
 FAULTS: list[Fault] = [
     Fault("copy-of-live-folder", "14.1", "stop_training and check_status on a copy of a live run's folder",
           copy_of_a_live_folder),
@@ -311,4 +370,8 @@ FAULTS: list[Fault] = [
     Fault("status-pid-string", "15.4", "training.status pid of a live process, as a string",
           damaged_pid("live pid as a string")),
     Fault("job-sigstopped", "15.5", "the job stopped with SIGSTOP", job_stopped_with_sigstop),
+    Fault("job-by-hand-foreign-run-id", "18.A2", "a job started by hand with the run id of another folder's live "
+          "run, failing its preflight", job_by_hand_with_another_folders_run_id),
+    Fault("record-names-foreign-run", "18.A3", "training.status of folder B names live run A's id (B's dir_id, a "
+          "dead pid); stop_training.py [--force] on B", record_names_another_folders_run),
 ]

@@ -323,3 +323,62 @@ def test_download_of_an_unknown_model_or_an_unreachable_hub(models, hub_env, cap
     env = json.loads(proc.stdout)
     assert proc.returncode == 3 and not env["ok"] and "downloading 'Org/Tiny' failed" in env["error"]["message"]
     assert "hf download Org/Tiny --local-dir" in env["error"]["hint"]
+
+
+# --------------------------------------------------------------------------- issue 18: C.5, C.6, D.12
+
+
+def test_download_does_not_reuse_a_same_named_folder_of_another_organisation(models, example_task, hub_env):
+    """Issue 18 C.5: --download unsloth/X exited 0 without asking the Hub when ROOT/X came from another org,
+    and --set-agent then wrote that folder."""
+    make_tiny_model(hub_env / "hub" / "Tiny")
+    with HubServer({"Org/Tiny": hub_env / "hub" / "Tiny", "Other/Tiny": hub_env / "hub" / "Tiny"}) as hub:
+        first = run_script("check_model.py", "--download", "Org/Tiny", env={"HF_ENDPOINT": hub.url})
+        assert first.returncode == 0, first.stderr
+        assert json.loads((models / "Tiny" / ".arl-source.json").read_text())["repo_id"] == "Org/Tiny"
+        before = (example_task / "agent.json").read_text()
+        hub.requests.clear()
+        other = run_script("check_model.py", "--download", "Other/Tiny", "--set-agent", str(example_task),
+                           env={"HF_ENDPOINT": hub.url})
+        assert other.returncode == 4, other.stdout + other.stderr
+        assert "was downloaded from 'Org/Tiny', not 'Other/Tiny'" in other.stderr and "Hint:" in other.stderr
+        assert f"--model {(models / 'Tiny').resolve()}" in other.stderr and "Traceback" not in other.stderr
+        assert (example_task / "agent.json").read_text() == before and hub.requests == []
+        same = run_script("check_model.py", "--download", "Org/Tiny", env={"HF_ENDPOINT": hub.url})
+        assert same.returncode == 0 and hub.requests == [], same.stderr  # its own: reused, no request
+    (models / "Tiny" / ".arl-source.json").unlink()  # a folder put there by hand: its origin is unknown
+    unknown = run_script("check_model.py", "--download", "Org/Tiny", "--json")
+    assert unknown.returncode == 4 and "has no record of where it came from" in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.parametrize("repo", ["Qwen/Qwen 2", "a/b/c", "org/..", "org/name?x=1", "/name", "org/-x", "a" * 97])
+def test_download_validates_the_repo_id_before_the_hub(models, capsys, repo):
+    """Issue 18 D.12: these reached huggingface_hub and ended as `internal error: HFValidationError`."""
+    code = check_model.main(["--download", repo, "--models-dir", str(models)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("Error: --download ") and "Hint: a Hub repo id is ORG/NAME" in err, err
+    assert "internal error" not in err and not models.exists()
+
+
+def test_set_agent_writes_through_a_linked_agent_json_and_says_which_file(models, example_task, tmp_path, capsys):
+    """Issue 18 C.6: --set-agent replaced a symlinked agent.json with a file; the shared target kept the old model."""
+    make_tiny_model(models / "tiny")
+    shared = tmp_path / "shared" / "agent.json"
+    shared.parent.mkdir()
+    shared.write_text(json.dumps({"model_name": "old", "max_turns": 3}))
+    (example_task / "agent.json").unlink()
+    (example_task / "agent.json").symlink_to(shared)
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 0
+    out = capsys.readouterr().out
+    assert (example_task / "agent.json").is_symlink() and os.readlink(example_task / "agent.json") == str(shared)
+    assert json.loads(shared.read_text()) == {"model_name": str((models / "tiny").resolve()), "max_turns": 3}
+    assert f"{example_task / 'agent.json'} is a link: model_name was written to the file it links to, {shared}" in out
+    code, env = run_json(capsys, "--model", "tiny", "--set-agent", str(example_task))
+    assert code == 0 and env["data"]["agent_file"] == str(shared)
+    assert env["data"]["agent_link"] == str(example_task / "agent.json")
+    shared.unlink()  # a dangling link: refused, not replaced by a file
+    assert check_model.main(["--model", "tiny", "--set-agent", str(example_task)]) == 1
+    err = capsys.readouterr().err
+    assert "which does not exist" in err and "Hint:" in err
+    assert (example_task / "agent.json").is_symlink() and not shared.exists()

@@ -148,7 +148,8 @@ def test_overfitting_compares_train_and_val_over_the_last_evaluations(tmp_path):
 
 
 def test_stalled_run_with_a_live_process(tmp_path):
-    sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": "stall-run"})
+    sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": "stall-run",
+                                                     run_dir.RUN_DIR_ENV: str(tmp_path)})
     try:
         write_status(tmp_path, status="running", pid=sleeper.pid, run_id="stall-run",
                      proc_start_time=procs.process_start_time(sleeper.pid))
@@ -167,9 +168,10 @@ def test_stalled_run_with_a_live_process(tmp_path):
 
 
 @pytest.fixture
-def live_run():
-    """A real process carrying the run id, so launcher proves the run alive."""
-    sleeper = subprocess.Popen(["sleep", "120"], env={**os.environ, "EVO_RUN_ID": "live-run"})
+def live_run(tmp_path):
+    """A real process carrying the run id and its folder (tmp_path), so it is proved the run alive."""
+    sleeper = subprocess.Popen(["sleep", "120"], env={**os.environ, "EVO_RUN_ID": "live-run",
+                                                      run_dir.RUN_DIR_ENV: str(tmp_path)})
     fields = {"status": "running", "pid": sleeper.pid, "run_id": "live-run",
               "proc_start_time": procs.process_start_time(sleeper.pid)}
     yield fields

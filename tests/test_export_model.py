@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import export_model
@@ -129,6 +131,56 @@ def test_lora_export_is_the_adapter_with_its_base_named(tmp_path):
     assert text.returncode == 0 and "LoRA adapter (not merged)" in text.stdout and "--enable-lora" in text.stdout
 
 
+@needs_verl
+def test_sigterm_stops_the_merger_with_export_and_removes_its_partial_folder(run_copy):
+    """Issue 18 C.8: SIGTERM to export_model.py left VERL's merger running as an orphan and its
+    export/global_step_N.partial-PID folder for ever."""
+    import psutil
+
+    cmd = [sys.executable, str(ROOT / "scripts" / "export_model.py"), "--output-dir", str(run_copy)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    merger = None
+    try:
+        deadline = time.monotonic() + 120
+        while merger is None and time.monotonic() < deadline and proc.poll() is None:
+            merger = next((c for c in psutil.Process(proc.pid).children(recursive=True)
+                           if "verl.model_merger" in " ".join(c.cmdline())), None)
+            time.sleep(0.05)
+        assert merger is not None, "the merger never started"
+        assert list((run_copy / "export").glob("global_step_3.partial-*")), "no partial folder while merging"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if merger is not None and merger.is_running():
+            merger.kill()
+    assert proc.returncode == 143, err
+    assert "Error: stopped by SIGTERM" in err and "Hint:" in err and "Traceback" not in err, err
+    psutil.wait_procs([merger], timeout=10)
+    assert not merger.is_running() or merger.status() == psutil.STATUS_ZOMBIE, "the merger outlived export_model.py"
+    assert not (run_copy / "export" / "global_step_3").exists()
+    assert not list((run_copy / "export").glob("global_step_3.partial-*")), "the partial folder was left"
+
+
+@needs_verl
+def test_the_next_export_removes_a_dead_exports_partial_folder_only(tmp_path):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = out / "export" / f"global_step_3.partial-{dead.pid}"
+    live = out / "export" / f"global_step_3.partial-{os.getppid()}"  # a live process's: maybe its export
+    for folder in (stale, live):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "model.safetensors").write_bytes(b"half")
+    proc = run_export("--output-dir", str(out), "--json")
+    assert proc.returncode == 1, proc.stderr  # the fake shards do not merge; the clean-up came first
+    assert not stale.exists() and live.is_dir()
+    assert [p.name for p in (out / "export").iterdir()] == [live.name]
+
+
 # --------------------------------------------------------------------------- refusals
 
 
@@ -212,7 +264,7 @@ def test_a_step_the_live_run_is_writing_is_exit_4(tmp_path, capsys):
     fake_checkpoint(out, 4, None)
     run_id = "run-export-live"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ,
-                             run_dir.RUN_ID_ENV: run_id}, stdin=subprocess.DEVNULL)
+                             run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(out)}, stdin=subprocess.DEVNULL)
     try:
         files.atomic_write_json(out / run_dir.STATUS_FILE, {
             "status": "running", "pid": child.pid, "proc_start_time": procs.process_start_time(child.pid),
@@ -228,18 +280,68 @@ def test_a_step_the_live_run_is_writing_is_exit_4(tmp_path, capsys):
     assert not export.run_state(out)["live"]
 
 
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def test_an_existing_target_is_exit_4_and_a_non_model_folder_is_never_replaced(tmp_path, capsys):
     out = tmp_path / "out"
     fake_checkpoint(out, 3, 3)
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
+    (target / "config.json").write_text("{}")  # looks like a model folder; export did not write it
     assert export_model.main(["--output-dir", str(out), "--target", str(target)]) == 4
     assert "already exists" in capsys.readouterr().err
     assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force"]) == 4
-    assert "not a model folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "export_model.py did not write it" in err and "2 entries would be lost: config.json, notes.txt" in err
+    assert err.count("Error:") == 1 and "Hint:" in err
     assert (target / "notes.txt").read_text() == "keep me"
     assert export_model.main(["--output-dir", str(out), "--target", str(out / "checkpoints" / "x")]) == 2
+
+
+def test_force_never_replaces_the_run_or_task_folder_or_a_parent_of_either(example_task, tmp_path, capsys):
+    """Issue 18 A.1: --force replaced any folder with a config.json, the task folder included."""
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "pid": 999999999, "run_id": "run-x",
+                                                        "input_dir": str(example_task)})
+    before = snapshot(example_task)
+    for target in (example_task, example_task.parent, out, tmp_path):
+        assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force", "--json"]) == 2
+        err = json.loads(capsys.readouterr().out)["error"]
+        assert "task folder" in err["message"] or "run folder" in err["message"], err
+        assert "would delete" in err["message"] and "pick a new folder" in err["hint"], err
+    assert snapshot(example_task) == before
+
+
+def test_force_replaces_only_what_an_export_wrote(tmp_path, capsys):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    target = tmp_path / "old-export"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    files.atomic_write_json(target / export.EXPORT_MARKER, {"written_by": "export_model.py", "entries": ["config.json"]})
+    (target / "train.jsonl").write_text("{}\n")  # added by hand after the export
+    assert export_model.main(["--output-dir", str(out), "--target", str(target), "--force"]) == 4
+    err = capsys.readouterr().err
+    assert "more than an export wrote" in err and "1 entry would be lost: train.jsonl" in err
+    assert sorted(p.name for p in target.iterdir()) == sorted(["config.json", export.EXPORT_MARKER, "train.jsonl"])
+    (target / "train.jsonl").unlink()
+    export.check_target(target.resolve(), out, True)  # now it is the export's own: replacing it is allowed
+
+
+@needs_verl
+def test_a_task_folder_as_target_with_force_survives_byte_for_byte(run_copy, example_task, tmp_path):
+    """Issue 18 A.1: `--target <a task folder> --force` deleted train.jsonl, judge.py... and exited 0."""
+    before = snapshot(example_task)
+    proc = run_export("--output-dir", str(run_copy), "--target", str(example_task), "--force")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "export_model.py did not write it" in proc.stderr and "would be lost" in proc.stderr
+    assert "train.jsonl" in proc.stderr and "Traceback" not in proc.stderr
+    assert snapshot(example_task) == before
+    assert not list(example_task.parent.glob(f"{example_task.name}.*"))
 
 
 def test_without_verl_anywhere_it_is_exit_3_with_the_install_command(tmp_path, capsys, monkeypatch):
@@ -302,16 +404,16 @@ def test_compare_refuses_an_unreachable_endpoint_with_exit_3(example_task, tmp_p
     assert "not reachable" in capsys.readouterr().err
 
 
-def test_compare_refuses_a_server_that_serves_another_model_name(example_task, tmp_path, capsys):
+def compare_against(answer: bytes, example_task: Path, out: Path) -> tuple[int, str]:
+    """export_model.py --compare (in-process) against a server whose GET /models answers `answer`; (code, url)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Models(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            raw = json.dumps({"object": "list", "data": [{"id": "other-model"}]}).encode()
             self.send_response(200)
-            self.send_header("Content-Length", str(len(raw)))
+            self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(raw)
+            self.wfile.write(answer)
 
         def log_message(self, *args):
             pass
@@ -320,10 +422,34 @@ def test_compare_refuses_a_server_that_serves_another_model_name(example_task, t
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
-        code = export_model.main(["--output-dir", str(tmp_path), "--compare", "--input-dir", str(example_task),
-                                  "--model-endpoint", url, "--model-endpoint", url])
+        return export_model.main(["--output-dir", str(out), "--compare", "--input-dir", str(example_task),
+                                  "--model-endpoint", url, "--model-endpoint", url]), url
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def test_compare_refuses_a_server_that_serves_another_model_name(example_task, tmp_path, capsys):
+    answer = json.dumps({"object": "list", "data": [{"id": "other-model"}]}).encode()
+    code, _ = compare_against(answer, example_task, tmp_path)
     assert code == 1
     err = capsys.readouterr().err
     assert "other-model" in err and "--served-model-name Qwen/Qwen2.5-0.5B-Instruct" in err
+
+
+@pytest.mark.parametrize("answer,said", [
+    (b'{"data": 5}', '"data" as a JSON int'),
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper than"),
+    (b'{"object": "list"}', 'an object without a "data" list'),
+    (b'{"data": [{"id": 7}]}', 'a "data" entry without a string "id"'),
+    (b"<html>not json</html>", "invalid JSON"),
+])
+def test_compare_refuses_a_models_answer_that_is_no_model_list(example_task, tmp_path, capsys, answer, said):
+    """Issue 18 D.13: /models answering {"data": 5} or JSON nested 100,000 deep was a TypeError /
+    RecursionError ("internal error")."""
+    code, url = compare_against(answer, example_task, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"Error: {url}/models answered" in err and said in err and "not an OpenAI model list" in err, err
+    assert "Hint: pass the OpenAI-compatible /v1 URL" in err and "internal error" not in err
+    assert not (tmp_path / "out" / "compare").exists()

@@ -78,7 +78,7 @@ def runs():
         run_id = (run_dir.read_status(out) or {}).get("run_id")
         if run_id:
             left = procs.find_run_processes(run_id)
-            procs.kill_run(run_id)
+            procs.kill_run(run_id, None)
             if left:
                 leftovers[run_id] = [p.pid for p in left]
     assert not leftovers, f"processes left behind: {leftovers}"

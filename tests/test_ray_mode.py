@@ -56,7 +56,7 @@ def ray_head(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-2000:]
         yield {"address": f"127.0.0.1:{port}", "marker": marker}
     finally:
-        left = procs.kill_run(marker, timeout=10)
+        left = procs.kill_run(marker, None, timeout=10)
         assert left == [], f"Ray processes left after the test: {left}"
         assert procs.find_run_processes(marker) == []
         if own_dir is not None:

@@ -162,7 +162,7 @@ def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_
         agl.stop_service(controller, agl.CONTROLLER_STOP_S)
         agl.stop_service(gateway, agl.GATEWAY_STOP_S)
         oracle.stop()
-        procs.kill_run(run_id)
+        procs.kill_run(run_id, None)
     got = {s["row_id"]: s for s in samples.read(out)}
     assert len(got) == 3 and gone.removeprefix("r-") not in got, got.keys()
     state = samples.read_state(out)

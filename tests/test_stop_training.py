@@ -68,10 +68,11 @@ def test_force_kills_a_job_that_ignores_sigterm(tmp_path, example_task, runs):
     runs.append(run_id)
     script, ready = tmp_path / "stubborn.py", tmp_path / "ready"
     script.write_text(STUBBORN)
-    # Launched as start_training.sh launches main.py: setsid in a shell that exits, run id in the env.
+    # Launched as start_training.sh launches main.py: setsid in a shell that exits, run id and folder in the env.
     shell = subprocess.run(["bash", "-c", f'setsid "{sys.executable}" "{script}" "{ready}" </dev/null '
                                           '>/dev/null 2>&1 & echo $!'],
-                           env={**os.environ, "EVO_RUN_ID": run_id}, capture_output=True, text=True, check=True)
+                           env={**os.environ, "EVO_RUN_ID": run_id, run_dir.RUN_DIR_ENV: str(out)},
+                           capture_output=True, text=True, check=True)
     pid = int(shell.stdout)
     record(out, pid, run_id, example_task)
     wait_for(lambda: ready.exists() and ready.read_text(), "the stubborn job's children")
@@ -191,7 +192,8 @@ def test_force_checks_the_runs_gpu_processes_through_nvml(tmp_path, monkeypatch,
 
     out, run_id = tmp_path / "out", f"run-gpu-{os.getpid()}"
     out.mkdir()
-    job = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": run_id}, start_new_session=True)
+    job = subprocess.Popen(["sleep", "60"], env={**os.environ, "EVO_RUN_ID": run_id, run_dir.RUN_DIR_ENV: str(out)},
+                           start_new_session=True)
     other = subprocess.Popen(["sleep", "60"])  # an unrelated GPU user: never reported, never signalled
     try:
         record(out, job.pid, run_id, example_task)

@@ -142,7 +142,7 @@ def run_ids():
     yield ids
     left = {rid: [p.pid for p in procs.find_run_processes(rid)] for rid in ids}
     for rid in ids:
-        procs.kill_run(rid)
+        procs.kill_run(rid, None)
     assert not any(left.values()), f"processes left behind: {left}"
 
 

@@ -329,14 +329,51 @@ def split_overrides(argv: list[str] | None) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1:]
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP reached a CLI: raised where it was, so every `finally` (a child's process group,
+    a partial folder) runs before the CLI exits 128+signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame) -> None:
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the clean-up short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+def _on_termination() -> dict:
+    """Turn SIGTERM/SIGHUP into Terminated (main thread only; a signal the caller ignores, as nohup does
+    SIGHUP, stays ignored). Returns the handlers to put back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            saved[sig] = signal.signal(sig, _raise_terminated)
+    return saved
+
+
 def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None,
             visible_output: bool = True) -> int:
     """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code.
     With --json every exit, usage errors included, prints exactly one envelope. visible_output: stdout and
     stderr go through Visible while the CLI runs (False only for the training job, whose output is the
-    log: check_status escapes it when it shows it, and tqdm's carriage returns must stay there)."""
+    log: check_status escapes it when it shows it, and tqdm's carriage returns must stay there).
+    SIGTERM/SIGHUP end it through Terminated, so its children are stopped with it
+    (edge.procs.run_in_own_group)."""
+    import signal
+
     global _emitted, _json_lines
     _emitted = _json_lines = False
+    saved = _on_termination()
     streams = sys.stdout, sys.stderr
     if visible_output:
         sys.stdout, sys.stderr = Visible(sys.stdout), Visible(sys.stderr)
@@ -348,6 +385,8 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
         _quiet_stdout()
         return 128 + 13  # as a tool killed by SIGPIPE reports it
     finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
         if visible_output:
             sys.stdout, sys.stderr = streams
 
@@ -372,6 +411,13 @@ def _run(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentPar
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130
+    except Terminated as exc:
+        import signal
+
+        name = signal.Signals(exc.signum).name
+        emit(as_json, error=UserError(f"stopped by {name}", "its child processes were stopped with it and its "
+                                      "unfinished output removed; run it again", 128 + exc.signum))
+        return 128 + exc.signum
     except BrokenPipeError:
         raise
     except Exception as exc:

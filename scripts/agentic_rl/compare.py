@@ -22,8 +22,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from agentic_rl import cli, model_files, run_dir, task
+from agentic_rl import cli, files, model_files, run_dir, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.edge import procs
 
 ROLES = ("base", "trained")
 COMPARE_DIR = run_dir.COMPARE_DIR
@@ -49,21 +50,47 @@ def expected_model_name(input_dir: Path) -> str:
     return str(found) if found else name
 
 
+MODELS_MAX_BYTES = 4 << 20  # a /models answer is a few KB; a server that sends more is not an OpenAI one
+
+
 def served_models(url: str, timeout: float = 5.0) -> list[str] | None:
-    """The ids GET URL/models lists (None when the server does not answer that), or exit 3 when unreachable."""
+    """The ids GET URL/models lists (None when the server does not answer that), or exit 3 when
+    unreachable. An answer that is not an OpenAI model list ({"data": [{"id": ...}]}) is exit 1: a
+    server that answers /models wrongly would answer the rehearsal wrongly too."""
+    models = url.rstrip("/") + "/models"
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout) as resp:
-            body = json.loads(resp.read() or b"{}")
+        with urllib.request.urlopen(models, timeout=timeout) as resp:
+            raw = resp.read(MODELS_MAX_BYTES + 1)
     except urllib.error.HTTPError:
         return None  # it answers, just not /models (e.g. a bare chat/completions server)
     except (urllib.error.URLError, OSError) as exc:
         raise UserError(f"model endpoint {url} is not reachable: {getattr(exc, 'reason', exc)}",
                         "start the server first (e.g. vllm serve MODEL --served-model-name NAME) and pass its /v1 URL",
                         EXIT_ENV) from None
-    except ValueError:
-        return None
-    ids = [m.get("id") for m in body.get("data") or [] if isinstance(m, dict)] if isinstance(body, dict) else []
-    return [i for i in ids if isinstance(i, str)] or None
+    hint = ("pass the OpenAI-compatible /v1 URL of the server (vLLM: http://HOST:PORT/v1), whose /models answers "
+            '{"object": "list", "data": [{"id": NAME}, ...]}')
+    if len(raw) > MODELS_MAX_BYTES:
+        raise UserError(f"{models} answered more than {MODELS_MAX_BYTES >> 20} MiB: not an OpenAI model list",
+                        hint, EXIT_FAIL)
+    try:
+        body = files.parse_json_strict(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{models} answered bytes that are not UTF-8: not an OpenAI model list", hint,
+                        EXIT_FAIL) from None
+    except files.JSONProblem as exc:
+        raise UserError(f"{models} answered {exc.message}: not an OpenAI model list", hint, EXIT_FAIL) from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        shown = f"a JSON {type(body).__name__}"
+    elif not isinstance(data, list):
+        shown = 'an object without a "data" list' if data is None else f'"data" as a JSON {type(data).__name__}'
+    elif not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        shown = 'a "data" entry without a string "id"'
+    else:
+        shown = None
+    if shown:
+        raise UserError(f"{models} answered {shown}, not an OpenAI model list", hint, EXIT_FAIL)
+    return [m["id"] for m in data] or None
 
 
 def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
@@ -76,7 +103,8 @@ def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
     cmd = [python, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir), "--output-dir", str(out),
            "--rehearse", "--model-endpoint", url]
     with open(out / run_dir.LOG_FILE, "ab") as log:
-        code = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        # Its own group, stopped with export_model.py: the job's SIGTERM clean-up stops its gateway and agents.
+        code = procs.run_in_own_group(cmd, stop_timeout=60.0, stdout=log, stderr=subprocess.STDOUT, env=env)
     st = run_dir.read_status(out) or {}
     try:
         rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text(encoding="utf-8"))

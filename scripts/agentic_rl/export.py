@@ -12,7 +12,9 @@ complete (check_model's rules) and with the base model's parameter count.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -124,14 +126,20 @@ def _resolved_model(output_dir: Path) -> tuple[str | None, int]:
     return (str(model["path"]) if model.get("path") else None), rank
 
 
+def task_folder(output_dir: Path) -> Path | None:
+    """The run's task folder (its record's input_dir, else $EVO_INPUT_DIR): never an export target."""
+    given = (run_dir.read_status(output_dir) or {}).get("input_dir") or os.environ.get("EVO_INPUT_DIR")
+    return Path(given).expanduser() if isinstance(given, str) and given else None
+
+
 def base_model(output_dir: Path) -> dict:
     """The model the run started from: resolved_config.yaml's model path, else agent.json's model_name."""
     path, rank = _resolved_model(output_dir)
     source, name = "resolved_config.yaml", path
     if path is None:
-        input_dir = (run_dir.read_status(output_dir) or {}).get("input_dir") or os.environ.get("EVO_INPUT_DIR")
+        input_dir = task_folder(output_dir)
         try:
-            name = task.load_agent_config(Path(input_dir))["model_name"] if input_dir else None
+            name = task.load_agent_config(input_dir)["model_name"] if input_dir else None
         except UserError:
             name = None
         source = "agent.json"
@@ -143,21 +151,90 @@ def default_target(output_dir: Path, step: int) -> Path:
     return output_dir / EXPORT_DIR / f"global_step_{step}"
 
 
-def check_target(target: Path, output_dir: Path, force: bool) -> None:
-    """Refuse a target that would clobber data: an existing folder without --force, a non-model folder,
-    a folder inside the checkpoints or holding the run folder."""
-    ckpt = (output_dir / run_dir.CHECKPOINTS_DIR).resolve()
-    if target == ckpt or ckpt in target.parents or target == output_dir or target in output_dir.parents:
-        raise UserError(f"--target {target} overlaps the run folder {output_dir} or its checkpoints",
+EXPORT_MARKER = ".arl-export.json"  # written into every export: only a folder holding it may be replaced
+
+
+def _entries(folder: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in folder.iterdir())
+    except OSError:
+        return []
+
+
+def _would_lose(names: list[str]) -> str:
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'} would be lost: {shown}"
+
+
+def export_marker(target: Path) -> dict | None:
+    """The marker an earlier export wrote into target (None when it has none, or an unreadable one)."""
+    try:
+        marker = files.read_json_file(target / EXPORT_MARKER)
+    except UserError:
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("entries"), list) else None
+
+
+def check_target(target: Path, output_dir: Path, force: bool, input_dir: Path | None = None) -> None:
+    """Refuse a target that would clobber data. Never the run folder, the task folder or a parent of
+    either, nor a folder inside the checkpoints; an existing folder only with --force, and only when an
+    earlier export wrote it (its marker lists every entry, and nothing else is there)."""
+    output_dir = output_dir.resolve()
+    ckpt = output_dir / run_dir.CHECKPOINTS_DIR
+    if target == ckpt or ckpt in target.parents:
+        raise UserError(f"--target {target} is inside the run's checkpoints {ckpt}",
                         f"pick a new folder, e.g. {output_dir / EXPORT_DIR}/NAME", EXIT_USAGE)
+    for what, folder in (("run folder", output_dir), ("task folder", input_dir)):
+        folder = folder.resolve() if folder is not None else None
+        if folder is not None and (target == folder or target in folder.parents):
+            raise UserError(f"--target {target} is {'the' if target == folder else 'a parent of the'} {what} "
+                            f"{folder}: replacing it would delete {'it' if target == folder else 'it whole'}",
+                            f"pick a new folder, e.g. {output_dir / EXPORT_DIR}/NAME", EXIT_USAGE)
     if not target.exists() and not target.is_symlink():
         return
     if not force:
-        raise UserError(f"{target} already exists", "pass --force to replace it, or pick another --target",
-                        EXIT_CONFLICT)
-    if not target.is_dir() or target.is_symlink() or (any(target.iterdir()) and not (target / "config.json").exists()):
-        raise UserError(f"refusing to replace {target}: it is not a model folder (no config.json)",
+        raise UserError(f"{target} already exists", "pass --force to replace it (only a folder export_model.py "
+                        "wrote), or pick another --target", EXIT_CONFLICT)
+    if target.is_symlink() or not target.is_dir():
+        raise UserError(f"refusing to replace {target}: it is {'a link' if target.is_symlink() else 'not a folder'}",
                         "remove it yourself, or pick another --target", EXIT_CONFLICT)
+    names = _entries(target)
+    if not names:
+        return  # an empty folder: nothing is lost
+    marker = export_marker(target)
+    if marker is None:
+        raise UserError(f"refusing to replace {target}: export_model.py did not write it (no {EXPORT_MARKER}); "
+                        f"{_would_lose(names)}", "pick another --target (a new folder), or move those files away "
+                        "yourself first", EXIT_CONFLICT)
+    others = [n for n in names if n != EXPORT_MARKER and n not in marker["entries"]]
+    if others:
+        raise UserError(f"refusing to replace {target}: it holds more than an export wrote; {_would_lose(others)}",
+                        "move those files out of it, or pick another --target", EXIT_CONFLICT)
+
+
+PARTIAL = re.compile(r"\.partial-(\d+)$")
+
+
+def remove_dead_partials(target: Path) -> list[str]:
+    """Remove T.partial-PID folders beside target whose export (PID) is gone: a merge that was killed, or a
+    failed proof kept for a look. A live PID's folder is left alone (it may be that export's)."""
+    from agentic_rl.edge import procs
+
+    removed = []
+    for path in target.parent.glob(f"{glob.escape(target.name)}.partial-*"):
+        m = PARTIAL.search(path.name)
+        if m and path.is_dir() and not path.is_symlink() and int(m.group(1)) != os.getpid() \
+                and procs.gone(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return sorted(removed)
+
+
+def write_marker(model_dir: Path, data: dict) -> None:
+    """Sign a finished export: what it is and every entry it holds (check_target reads this)."""
+    files.atomic_write_json(model_dir / EXPORT_MARKER, {
+        "written_by": "export_model.py", "step": data["step"], "run_id": data["run_id"],
+        "checkpoint": data["checkpoint"], "entries": _entries(model_dir)})
 
 
 def prove(model_dir: Path, base: dict) -> tuple[list[Check], dict]:
@@ -203,7 +280,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
     state = run_state(output_dir)
     ckpt = find_checkpoint(output_dir, step, state["live"])
     target = (target or default_target(output_dir, ckpt["step"])).resolve()
-    check_target(target, output_dir, force)
+    check_target(target, output_dir, force, task_folder(output_dir))
     python, how = verl_merge.find_train_python()
     if python is None:
         raise UserError(f"VERL's model merger needs verl 0.8.0: {how}",
@@ -212,6 +289,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
                         EXIT_ENV)
     base = base_model(output_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
+    data_cleaned = remove_dead_partials(target)
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -220,7 +298,13 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
             "live_run": state["live"], "run_id": state["run_id"], "base_model": base,
             "merger": {"python": python, "chosen_as": how, "log": str(log),
                        "command": verl_merge.merge_command(python, ckpt["actor_dir"], target)}}
-    code = verl_merge.run_merge(python, ckpt["actor_dir"], staging, log)
+    if data_cleaned:
+        data["removed_partials"] = data_cleaned
+    try:
+        code = verl_merge.run_merge(python, ckpt["actor_dir"], staging, log)
+    except BaseException:  # stopped (SIGTERM, Ctrl-C): the merger's group is stopped, its half folder goes too
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if code != 0:
         shutil.rmtree(staging, ignore_errors=True)
         tail = log.read_text(encoding="utf-8", errors="replace")[-16384:]
@@ -231,6 +315,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
     if not cli.checks_ok(checks):
         data["left_at"] = str(staging)  # kept for a look; nothing of the user's was replaced
         return checks, data
+    write_marker(staging, data)
     old = target.with_name(f"{target.name}.old-{os.getpid()}") if target.exists() else None
     if old is not None:
         os.rename(target, old)

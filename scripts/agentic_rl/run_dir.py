@@ -377,7 +377,7 @@ def assess(output_dir: Path) -> dict:
 
     found (a record, readable or damaged, or a live lock holder), alive (the job proved: pid, start time
     and run id, in this very folder), why, pid, pgid, run_id, status, record, carriers (other pids carrying
-    the run id), strays ({pid: run_id} of processes carrying ARL_OUTPUT_DIR=O that are not this record's
+    the run id and ARL_OUTPUT_DIR=O), strays ({pid: run_id} of processes carrying ARL_OUTPUT_DIR=O that are not this record's
     run: a run whose folder was deleted or replaced under it), damaged and foreign (why the record cannot
     be trusted / belongs to another folder), source ("status", or "lock" when the job was found as the
     holder of O/training.lock because the record was damaged or missing) and state (the job's process state).
@@ -398,7 +398,7 @@ def assess(output_dir: Path) -> dict:
         if state["foreign"]:
             state["why"] = state["foreign"]
         else:
-            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id)
+            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id, output_dir)
     else:
         holder = _lock_holder(output_dir, in_dir)
         if holder is not None:  # the record is damaged or gone, but the job of this folder is alive
@@ -410,7 +410,8 @@ def assess(output_dir: Path) -> dict:
     run_id = state["run_id"]
     if run_id and not state["foreign"]:
         mine = {state["pid"]} if state["alive"] else set()
-        state["carriers"] = [p.pid for p in procs.find_run_processes(run_id, skip | mine)]
+        # the id AND this folder: a record naming another folder's run id never makes that run ours
+        state["carriers"] = [p.pid for p in procs.find_run_processes(run_id, skip | mine, output_dir)]
     state["strays"] = {pid: rid for pid, rid in in_dir.items()
                        if (rid != run_id or state["foreign"]) and pid != state["pid"]}
     if state["alive"]:

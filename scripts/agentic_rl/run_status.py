@@ -120,7 +120,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         detail, problem = "copy", state["foreign"]
     elif status in ("starting", "running") and not state["alive"]:
         status, detail = "failed", "vanished"
-    resources = procs.run_resources(st["run_id"]) if st.get("run_id") and not state["foreign"] else \
+    resources = procs.run_resources(st["run_id"], output_dir) if st.get("run_id") and not state["foreign"] else \
         {"processes": 0, "pids": []}
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))

@@ -32,18 +32,19 @@ def wait_gone(pid: int, timeout: float) -> bool:
         time.sleep(0.1)
 
 
-def run_carriers(run_id: str, timeout: float = 0.0) -> list[int]:
-    """Pids still carrying the run id, waiting up to timeout for them to go."""
+def run_carriers(run_id: str, output_dir: Path, timeout: float = 0.0) -> list[int]:
+    """Pids of the run (its id and folder) still alive, waiting up to timeout for them to go."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [p.pid for p in procs.find_run_processes(run_id, [os.getpid()])]
+        left = [p.pid for p in procs.find_run_processes(run_id, [os.getpid()], output_dir)]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
 
 
-def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
-    """GPU processes of the run (a pid it had, or one carrying its id); None where NVML is unavailable."""
+def gpu_leftovers(pids: set[int], run_id: str, output_dir: Path) -> list[dict] | None:
+    """GPU processes of the run (a pid it had, or one carrying its id and folder); None where NVML is
+    unavailable."""
     try:
         from agentic_rl.edge import nvml
     except ImportError:
@@ -56,7 +57,7 @@ def gpu_leftovers(pids: set[int], run_id: str) -> list[dict] | None:
             return None
         held = []
         for gp in gpu_procs:
-            if gp["pid"] in pids or procs.run_id_of(gp["pid"]) == run_id:
+            if gp["pid"] in pids or procs.of_run(gp["pid"], run_id, output_dir):
                 held.append(gp)
         if not held or time.monotonic() >= deadline:
             return held
@@ -128,7 +129,8 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
             report.update(ok=True, message=f"run {run_id} is already {state['status']}; nothing to stop")
         else:
             report.update(message=f"refused: {state['why']}; the pid file is stale and nothing was signalled "
-                                  f"(no process carries EVO_RUN_ID={run_id}: the run is gone)",
+                                  f"(no process carries EVO_RUN_ID={run_id} with {run_dir.RUN_DIR_ENV}={output_dir}: "
+                                  "the run is gone)",
                           hint=f"check_status.py --output-dir {output_dir} shows what happened; "
                                "start_training.sh treats this pid file as stale")
         return report
@@ -140,14 +142,14 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
         return report
     before = set(state["carriers"]) | ({int(pid)} if state["alive"] else set())
     if force:
-        procs.kill_run(run_id, timeout=2.0, term_first=False)
-        report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={run_id} "
-                                 f"({len(before)} found), children first")
+        procs.kill_run(run_id, output_dir, timeout=2.0, term_first=False)
+        report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={run_id} and "
+                                 f"{run_dir.RUN_DIR_ENV}={output_dir} ({len(before)} found), children first")
         settle = SETTLE_S
     else:
         settle = SETTLE_S if terminate(state, timeout, report) else 0.0  # main.py alive: nothing will settle
-    left = run_carriers(run_id, settle)
-    gpus = gpu_leftovers(before | set(left), run_id)
+    left = run_carriers(run_id, output_dir, settle)
+    gpus = gpu_leftovers(before | set(left), run_id, output_dir)
     report["leftovers"], report["gpu_leftovers"] = describe(left), gpus
     if left or gpus:
         what = f"pids {left} still carry EVO_RUN_ID={run_id}" if left else ""
@@ -194,7 +196,7 @@ def stop_strays(output_dir: Path, state: dict, force: bool, report: dict) -> dic
         return report
     left = []
     for rid in runs:
-        left += procs.kill_run(rid, timeout=2.0, term_first=False)
+        left += procs.kill_run(rid, output_dir, timeout=2.0, term_first=False)
         report["actions"].append(f"SIGKILL sent to every process carrying EVO_RUN_ID={rid} (its processes carried "
                                  f"{run_dir.RUN_DIR_ENV}={output_dir}), children first")
     left += [p.pid for p in procs.find_processes(run_dir.RUN_DIR_ENV, str(output_dir), [os.getpid()])]

@@ -244,8 +244,16 @@ def coerce_reward(value: Any) -> float:
 
 
 def set_agent(input_dir: Path, model_name: str) -> Path:
-    """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line."""
+    """Write model_name into agent.json (other keys and their order kept) or agent.jsonl's first line.
+    A linked agent file is written through its link (the link stays): returns the file that changed."""
+    for name in ("agent.json", "agent.jsonl"):
+        link = input_dir / name
+        if link.is_symlink() and not link.exists():
+            raise UserError(f"{link} is a link to {os.readlink(link)}, which does not exist",
+                            "point the link at the shared agent file, or replace it with a file")
     path = agent_config_path(input_dir)
+    if path is not None and path.is_symlink():
+        path = path.resolve()  # write the shared file itself; replacing the link would leave it unchanged
     if path is None:
         path = input_dir / "agent.json"
         atomic_write_json(path, {"model_name": model_name})

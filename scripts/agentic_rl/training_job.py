@@ -22,7 +22,8 @@ fetched; in training a thread here follows the gateway's finished rollouts besid
 
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
 reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
-the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID; training.pid is
+the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID and ARL_OUTPUT_DIR=O
+(a --run-id that a live process of another folder carries is refused at the start); training.pid is
 removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
 or replaced, the run stops and writes nothing more there. On a full disk it gives back the
 launch's reserve to record its end, naming the folder and its free space.
@@ -384,10 +385,22 @@ class Run:
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
-        left = procs.kill_run(self.run_id, exclude_pids=[os.getpid()])
+        # Only what this job started: its run id AND its folder (a --run-id can name another folder's run).
+        left = procs.kill_run(self.run_id, self.output_dir, exclude_pids=[os.getpid()])
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
         return left
+
+
+def refuse_foreign_run_id(run_id: str, output_dir: Path) -> None:
+    """A run id that a live process of another folder carries is that folder's run: this job would share
+    its identity (and its clean-up would find that run's processes). Refuse it before anything starts."""
+    others = procs.other_folders(run_id, output_dir, [os.getpid(), os.getppid()])
+    if others:
+        folders = sorted({str(f) for f in others.values()})
+        raise UserError(f"run id {run_id} belongs to a live run of another folder ({', '.join(folders)}: pids "
+                        f"{sorted(others)}); {output_dir} cannot take it",
+                        "leave out --run-id (and EVO_RUN_ID): a new run gets a new id", cli.EXIT_CONFLICT)
 
 
 def in_helper_thread(fn, *args) -> None:
@@ -458,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
         wait_for_launch_record()
         run = Run(args, overrides)
+        refuse_foreign_run_id(run.run_id, run.output_dir)
         run_dir.prepare(run.output_dir)
         handed_over = hold_lock(run.output_dir)
         init_status(run.output_dir, handed_over, {

@@ -1,8 +1,9 @@
 """The one place that inspects and signals processes (through psutil).
 
-A process belongs to a run only when three things agree: its pid, its start time, and
-EVO_RUN_ID=<run_id> in its environment. Nothing here signals a process that fails that proof,
-and nothing matches processes by name.
+A process belongs to a run only when it carries the run's id AND its folder: EVO_RUN_ID=<run_id> and
+ARL_OUTPUT_DIR resolving to the run folder in its environment (a run id alone can be copied into
+another folder's record or passed to a job by hand); the job itself is proved by its pid and start
+time too. Nothing here signals a process that fails that proof, and nothing matches processes by name.
 
     >>> import os
     >>> from agentic_rl.edge.procs import process_start_time
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 import psutil
 
 RUN_ID_ENV = "EVO_RUN_ID"
+RUN_DIR_ENV = "ARL_OUTPUT_DIR"  # run_dir.RUN_DIR_ENV: the folder every process of a run carries
 # psutil's create_time() is derived from boot time and clock ticks; allow for its rounding.
 START_TIME_TOLERANCE_S = 0.05
 
@@ -43,9 +45,22 @@ def process_run_id(proc: psutil.Process) -> str | None:
     return process_env(proc, RUN_ID_ENV)
 
 
-def identify(pid: int | None, start_time: float | None, run_id: str | None) -> tuple[bool, str]:
-    """Prove that pid is the run's process. Returns (proved, reason). A pid that is not a positive
-    integer (a damaged record) proves nothing: run_dir.load_status rejects it before it gets here."""
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.expanduser(str(path)))
+
+
+def in_folder(proc: psutil.Process, folder: str | os.PathLike) -> bool:
+    """Whether proc carries ARL_OUTPUT_DIR resolving to folder (the path: a folder replaced under a run is
+    still that run's path)."""
+    carried = process_env(proc, RUN_DIR_ENV)
+    return bool(carried) and _real(carried) == _real(folder)
+
+
+def identify(pid: int | None, start_time: float | None, run_id: str | None,
+             folder: str | os.PathLike | None = None) -> tuple[bool, str]:
+    """Prove that pid is the run's process: pid, start time, run id and (when given) the run's folder.
+    Returns (proved, reason). A pid that is not a positive integer (a damaged record) proves nothing:
+    run_dir.load_status rejects it before it gets here."""
     if not pid:
         return False, "no pid recorded"
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
@@ -67,6 +82,9 @@ def identify(pid: int | None, start_time: float | None, run_id: str | None) -> t
         return False, f"pid {pid} was started at {created:.2f}, not at the run's {start_time}: the pid was reused"
     if not run_id or process_run_id(proc) != run_id:
         return False, f"pid {pid} does not carry {RUN_ID_ENV}={run_id} in its environment"
+    if folder is not None and not in_folder(proc, folder):
+        return False, (f"pid {pid} carries {RUN_ID_ENV}={run_id} but works in another folder "
+                       f"({RUN_DIR_ENV}={process_env(proc, RUN_DIR_ENV)}, not {folder})")
     return True, "ok"
 
 
@@ -89,9 +107,19 @@ def find_processes(name: str, value: str, exclude_pids: Iterable[int] = ()) -> l
     return found
 
 
-def find_run_processes(run_id: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
-    """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included)."""
-    return find_processes(RUN_ID_ENV, run_id, exclude_pids)
+def find_run_processes(run_id: str, exclude_pids: Iterable[int] = (),
+                       folder: str | os.PathLike | None = None) -> list[psutil.Process]:
+    """Every live process whose environment carries EVO_RUN_ID=run_id (setsid'd ones included) and, when
+    folder is given, ARL_OUTPUT_DIR resolving to it: the run's own processes."""
+    found = find_processes(RUN_ID_ENV, run_id, exclude_pids)
+    return found if folder is None else [p for p in found if in_folder(p, folder)]
+
+
+def other_folders(run_id: str, folder: str | os.PathLike, exclude_pids: Iterable[int] = ()) -> dict[int, str | None]:
+    """{pid: its ARL_OUTPUT_DIR} of live processes carrying run_id and another folder: the id is another
+    folder's run's. (A process carrying the id and no folder, e.g. a shell that exported it, is no run's.)"""
+    found = {p.pid: process_env(p, RUN_DIR_ENV) for p in find_processes(RUN_ID_ENV, run_id, exclude_pids)}
+    return {pid: where for pid, where in found.items() if where and _real(where) != _real(folder)}
 
 
 def holds_file(pid: int, dev: int, ino: int) -> bool:
@@ -169,13 +197,16 @@ def signal_processes(procs: Iterable[psutil.Process], sig: int) -> list[psutil.P
     return sent
 
 
-def kill_run(run_id: str, timeout: float = 5.0, exclude_pids: Iterable[int] = (), term_first: bool = True) -> list[int]:
-    """Stop every process carrying run_id: SIGTERM (optionally), wait, then SIGKILL bottom-up.
+def kill_run(run_id: str, folder: str | os.PathLike | None, timeout: float = 5.0, exclude_pids: Iterable[int] = (),
+             term_first: bool = True) -> list[int]:
+    """Stop every process of the run (carrying run_id and ARL_OUTPUT_DIR=folder): SIGTERM (optionally),
+    wait, then SIGKILL bottom-up. folder None matches the id alone: only for an id nothing else can carry
+    (a test's marker); every script passes its run folder.
 
     Returns the pids still alive afterwards (empty when the run is fully gone).
     """
     exclude = set(exclude_pids) | {os.getpid()}
-    procs = find_run_processes(run_id, exclude)
+    procs = find_run_processes(run_id, exclude, folder)
     if term_first and procs:
         signal_processes(procs, signal.SIGTERM)
         _gone, procs = psutil.wait_procs(procs, timeout=timeout)
@@ -183,19 +214,19 @@ def kill_run(run_id: str, timeout: float = 5.0, exclude_pids: Iterable[int] = ()
         signal_processes(procs, signal.SIGKILL)
         _gone, procs = psutil.wait_procs(procs, timeout=max(timeout, 2.0))
     # Processes spawned while we were killing (a controller starting one last agent) are caught here.
-    late = find_run_processes(run_id, exclude)
+    late = find_run_processes(run_id, exclude, folder)
     if late:
         signal_processes(late, signal.SIGKILL)
         psutil.wait_procs(late, timeout=2.0)
-    return [p.pid for p in find_run_processes(run_id, exclude)]
+    return [p.pid for p in find_run_processes(run_id, exclude, folder)]
 
 
-def run_resources(run_id: str, sample_s: float = 0.2) -> dict:
-    """CPU %, RSS and process count of all processes carrying run_id. CPU % is measured over sample_s:
-    psutil's first cpu_percent(interval=None) of a process is always 0."""
+def run_resources(run_id: str, folder: str | os.PathLike, sample_s: float = 0.2) -> dict:
+    """CPU %, RSS and process count of the run's processes (run_id and folder). CPU % is measured over
+    sample_s: psutil's first cpu_percent(interval=None) of a process is always 0."""
     import time
 
-    procs = find_run_processes(run_id)
+    procs = find_run_processes(run_id, folder=folder)
     for proc in procs:
         try:
             proc.cpu_percent(interval=None)
@@ -236,12 +267,13 @@ def gone(pid: int) -> bool:
         return True
 
 
-def run_id_of(pid: int) -> str | None:
-    """EVO_RUN_ID of a pid, or None when it is gone or unreadable."""
+def of_run(pid: int, run_id: str, folder: str | os.PathLike) -> bool:
+    """Whether pid carries the run's id and folder (False when it is gone or unreadable)."""
     try:
-        return process_run_id(psutil.Process(int(pid)))
+        proc = psutil.Process(int(pid))
+        return process_run_id(proc) == run_id and in_folder(proc, folder)
     except psutil.NoSuchProcess:
-        return None
+        return False
 
 
 def cmdline(pid: int, limit: int = 100) -> str:
@@ -287,3 +319,36 @@ def signal_pid(pid: int, sig: int) -> bool:
 def signal_self(sig: int) -> None:
     """Deliver sig to this process (the job's watchdog thread interrupts its main thread this way)."""
     os.kill(os.getpid(), sig)
+
+
+def run_in_own_group(cmd: list[str], *, stop_timeout: float = 10.0, **popen) -> int:
+    """subprocess.run for a CLI's child: the child leads its own process group, and when the caller is
+    interrupted while it runs (cli.Terminated on SIGTERM/SIGHUP, KeyboardInterrupt), the whole group gets
+    SIGTERM, then SIGKILL after stop_timeout, before the exception goes on: no child outlives its CLI.
+    Returns the child's exit code."""
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_group(proc, stop_timeout)
+        raise
+
+
+def stop_group(proc, timeout: float) -> None:
+    """SIGTERM the process group our child leads, wait, then SIGKILL it (the child is unreaped until we
+    wait, so its pid, which is the group's id, cannot have been reused)."""
+    import subprocess
+
+    if proc.poll() is None:
+        signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        signal_group(proc.pid, signal.SIGKILL)  # grandchildren the child left in its group
+    except PermissionError:
+        pass
+    proc.wait()

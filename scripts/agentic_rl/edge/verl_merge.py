@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agentic_rl.edge import procs
+
 BUNDLE_DIR = Path(__file__).resolve().parents[3]
 TRAIN_PYTHON_ENV = "ARL_TRAIN_PYTHON"
 INSTALL_COMMAND = "make install-train"
@@ -64,7 +66,8 @@ def merge_command(python: str, actor_dir: str | os.PathLike, target_dir: str | o
 def run_merge(python: str, actor_dir: Path, target_dir: Path, log_path: Path) -> int:
     """Run the merger, its output appended to log_path; returns its exit code.
 
-    Offline (HF_HUB_OFFLINE), no GPU (CUDA_VISIBLE_DEVICES empty: the merge is CPU work and must not
+    The merger leads its own process group, signalled when export_model.py is stopped (SIGTERM,
+    SIGHUP, Ctrl-C). Offline (HF_HUB_OFFLINE), no GPU (CUDA_VISIBLE_DEVICES empty: the merge is CPU work and must not
     take memory from a live run), PYTHONSAFEPATH so the cwd cannot shadow verl.
     """
     env = {**os.environ, "PYTHONSAFEPATH": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -73,6 +76,6 @@ def run_merge(python: str, actor_dir: Path, target_dir: Path, log_path: Path) ->
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(merge_command(python, actor_dir, target_dir))}\n".encode())
         log.flush()
-        proc = subprocess.run(merge_command(python, actor_dir, target_dir), stdin=subprocess.DEVNULL,
-                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=target_dir.parent)
-    return proc.returncode
+        # Its own process group, stopped with us: a SIGTERM to export_model.py leaves no merger behind.
+        return procs.run_in_own_group(merge_command(python, actor_dir, target_dir), stdout=log,
+                                      stderr=subprocess.STDOUT, env=env, cwd=target_dir.parent)

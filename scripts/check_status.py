@@ -28,8 +28,6 @@ Exit: 0 starting, running, completed or stopped (a deliberate stop can be resume
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
 
-from __future__ import annotations
-
 import sys
 import time
 from pathlib import Path

@@ -255,9 +255,8 @@ def run_failure(data: dict, code: int) -> UserError | None:
         return UserError(data["problem"], hint, code)
     reason = data.get("reason") or data.get("why") or "see the log tail"
     shown = f"{data.get('status')} ({data['detail']})" if data.get("detail") else data.get("status")
-    return UserError(f"run {data.get('run_id')} {shown}: {reason}",
-                     data.get("hint") or "read the log tail and references/troubleshooting.md; resume from a "
-                     "checkpoint with start_training.sh --resume", code)
+    return UserError(f"run {data.get('run_id')} {shown}: {reason}", data.get("hint") or run_status.failure_hint(data),
+                     code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -370,7 +370,26 @@ JUDGE_EXITS = ("import os, sys, json\nFIRST = json.loads(open(os.path.join(os.pa
                "'test.jsonl')).readline())['ground_truth']\n" + JUDGE_HEAD +
                "    if ground_truth == FIRST:\n        sys.exit(0)\n    os._exit(0)\n")
 
+# An agent that checks env_map's documented form reached it: {"NAME": "input.<field>"} (issue 18 E.18).
+ENV_AGENT = """import json, os
+from agentic_rl.agent import TemplateJudgeAgent
+class EnvAgent(TemplateJudgeAgent):
+    def run(self):
+        row = json.loads(os.environ["ARL_ROW"])
+        got = (os.environ.get("QUESTION"), os.environ.get("LEVEL"), os.environ.get("WHOLE"))
+        want = (row["question"], str(row["metadata"]["difficulty"]), os.environ["ARL_ROW"])
+        if got != want:
+            raise SystemExit(f"env_map gave {got!r}, the row has {want!r}")
+        return super().run()
+"""
+ENV_MAP = {"QUESTION": "input.question", "LEVEL": "input.metadata.difficulty", "WHOLE": "input"}
+
 RUN_CASES: list[RunCase] = [
+    RunCase("env-map-row-fields-reach-the-agent",
+            both(write("env_agent.py", ENV_AGENT), agent_json(agent_class="env_agent:EnvAgent"),
+                 config_key("agentlightning.local.env_map", ENV_MAP)), "completed"),
+    RunCase("env-map-field-a-row-lacks", config_key("agentlightning.local.env_map", {"HINT": "input.hint"}), "failed",
+            reason=("agentlightning.local.env_map.HINT: input.hint", "has no field hint")),
     RunCase("judge-exits-in-compute-reward", write("judge.py", JUDGE_EXITS), "completed",
             row_reasons=("judge error: judge.py called sys.exit(0)", "judge error: the judge's process exited with code 0"),
             judge_errors=2),

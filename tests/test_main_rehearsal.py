@@ -124,9 +124,17 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
         assert status.returncode == 0, status.stderr
 
 
+def stale_rehearsal_json(out: Path) -> None:
+    """An earlier run's rehearsal.json, as a folder reused for a new start holds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / run_dir.REHEARSAL_FILE).write_text(json.dumps({"run_id": "run-20250101-000000-earlier", "rollouts": 32,
+                                                          "failed": 0, "mean_reward": 1.0, "rows": []}))
+
+
 def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
     out = tmp_path / "out"
     runs.append(out)
+    stale_rehearsal_json(out)
     started = launch(example_task, out, "--rehearse", "--sample", "300")
     assert started.returncode == 0, started.stderr
     # 300 asked, 256 train rows there, rollout.n 4 in config.json: 32 + 1024 rollouts.
@@ -136,6 +144,12 @@ def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
     assert line in log_text(out), "the launcher and the job's log say the same"
     os.kill(st["pid"], signal.SIGTERM)  # no need to grind through them
     assert wait_done(out)["status"] == "stopped"
+    assert not (out / run_dir.REHEARSAL_FILE).exists(), "the earlier run's rehearsal.json beside this stopped run"
+    # Progress counts against the whole plan, not the batch in flight (#18 E.20: not "100% 32/32").
+    data = json.loads(run_script("check_status.py", "--output-dir", str(out), "--json").stdout)["data"]
+    rollouts = data["progress"]["rollouts"]
+    assert rollouts["planned"] == rollouts["enqueued"] == 1056 and rollouts["completed"] < 1056, rollouts
+    assert data["progress"]["percent"] < 100
 
 
 JUDGE_WITH_BAD_ROWS = '''
@@ -435,6 +449,45 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
 
 
+def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, runs):
+    """#18 E.16, E.19, E.20: "8 failed in a row" writes this run's rehearsal.json (the earlier one goes),
+    check_status's progress agrees with the failure count, and the hint does not say --resume."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Reject(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.send_error(400, "no such model")  # not retried: each rollout fails at once
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cut_rows(example_task, "test.jsonl", 12)
+    out = tmp_path / "out"
+    runs.append(out)
+    stale_rehearsal_json(out)
+    try:
+        launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{server.server_address[1]}/v1")
+        final = wait_done(out, 90)
+    finally:
+        server.shutdown()
+    limit = rehearsal.CONSECUTIVE_FAILURES_MAX
+    assert final["status"] == "failed" and f"stopped after {limit} rollouts failed in a row" in final["reason"], final
+    rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text())
+    assert rep["run_id"] == final["run_id"] and rep["status"] == "failed", rep
+    assert rep["failed"] == rep["rollouts"] == len(rep["rows"]) == limit and rep["planned"] == 12, rep
+    assert "HTTP Error 400" in rep["first_failure"]["reason"]
+    status = run_script("check_status.py", "--output-dir", str(out), "--json")
+    envelope = json.loads(status.stdout)
+    rollouts = envelope["data"]["progress"]["rollouts"]
+    assert (rollouts["completed"], rollouts["failed"], rollouts["enqueued"]) == (limit, limit, 12), rollouts
+    assert "--resume" not in envelope["error"]["hint"] and "--rehearse" in envelope["error"]["hint"]
+    text = run_script("check_status.py", "--output-dir", str(out))
+    assert f"rollouts {limit}/12 done, {limit} failed" in text.stdout and "--resume" not in text.stderr, text
+
+
 def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, runs):
     with socket.socket() as sock:  # a port nobody listens on: the gateway answers 502 after its retries
         sock.bind(("127.0.0.1", 0))
@@ -475,6 +528,10 @@ def test_run_case(case, example_task, tmp_path, runs):
     assert st["status"] == case.status, (st, log_text(out)[-3000:])
     for text in case.reason:
         assert text in st["reason"], st["reason"]
+    assert_run_gone(st)
+    if not (out / "rehearsal.json").exists():  # failed before any rollout (the job's preflight)
+        assert case.status == "failed" and not case.row_reasons and case.judge_errors is None, log_text(out)[-3000:]
+        return
     rep = json.loads((out / "rehearsal.json").read_text())
     if case.status == "completed":
         assert all(r["reward"] is not None for r in rep["rows"]), rep["rows"]
@@ -559,3 +616,27 @@ def test_the_job_refuses_an_interpolated_model_name_and_a_literal_env_map(exampl
     st = run_dir.read_status(out)
     assert proc.returncode == 1 and st["failed_component"] == "preflight", (proc.stderr, st)
     assert "agentlightning.local.env_map.BROWSER" in st["reason"] and "not an input path" in st["reason"]
+
+
+def test_rehearsal_progress_counts_against_its_plan():
+    """#18 E.20: the manager's log line counts one batch (10/10 of validation); the plan is 170."""
+    from agentic_rl import run_health
+
+    log = ["AglRolloutManager: completed=10/10 succeeded=10 failed=0"]
+    assert run_health.rollouts_in_flight(log), "the log line this test stands for no longer parses"
+    seen = {"planned": 170, "failed": 0, "succeeded": 10}
+    p = run_health.progress([], {"mode": "rehearse", "rollout_failures": seen}, log)
+    assert (p["rollouts"]["completed"], p["rollouts"]["enqueued"], p["percent"]) == (10, 170, 5.9)
+    stopped_early = {"rollouts": 8, "failed": 8, "planned": 32}  # rehearsal.json of "8 failed in a row"
+    p = run_health.progress([], {"mode": "rehearse", "rollout_failures": {**seen, "failed": 8, "succeeded": 0}},
+                            ["AglRolloutManager: completed=4/8 succeeded=0 failed=4"], stopped_early)
+    assert (p["rollouts"]["completed"], p["rollouts"]["failed"], p["percent"]) == (8, 8, 25.0)
+
+
+def test_a_failed_rehearsal_is_rehearsed_again_not_resumed(tmp_path):
+    from agentic_rl import run_status
+
+    hint = run_status.failure_hint({"mode": "rehearse", "checkpoint": None, "output_dir": str(tmp_path)})
+    assert "--resume" not in hint and "--rehearse" in hint
+    assert "--resume" not in run_status.failure_hint({"mode": "train", "checkpoint": None, "output_dir": "O"})
+    assert "--resume" in run_status.failure_hint({"mode": "train", "checkpoint": 5, "output_dir": "O"})

@@ -158,21 +158,32 @@ def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
 
 
 class FailureWatch:
-    """Counts the rollouts as the manager sees them end, records the failures in training.status
-    (rollout_failures: what check_status shows while the run is live) and raises TooManyFailures
-    after `limit` failures in a row."""
+    """Counts the rollouts as the manager sees them end and records them in training.status
+    (rollout_failures: the rehearsal's progress against `planned`, and its failures, which check_status
+    shows while the run is live); raises TooManyFailures after `limit` failures in a row."""
 
-    def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX):
+    WRITE_EVERY_S = 1.0  # successes are recorded at most this often (each failure at once)
+
+    def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX, planned: int | None = None):
         self.client, self.output_dir, self.limit = client, output_dir, limit
-        self.record: dict = {"failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit, "first": None}
+        self.record: dict = {"planned": planned, "failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit,
+                             "first": None}
+        self.seen: list[dict] = []  # each ended rollout: what a rehearsal stopped early reports
+        self._written = 0.0
+        self._write()  # 0 of planned from the start: check_status never falls back to one batch's count
 
     def __call__(self, rollout: Any, state: str) -> None:
         rec = self.record
+        from agentic_rl import samples
+
+        self.seen.append({"rollout_id": rollout.rollout_id, "row_id": samples.row_id_of(rollout.input),
+                          "state": state})
         if state != "failed":
             rec["succeeded"] += 1
-            if rec["in_a_row"]:
-                rec["in_a_row"] = 0
-                run_dir.update_status(self.output_dir, rollout_failures=rec)
+            reset, rec["in_a_row"] = rec["in_a_row"], 0
+            done = rec["succeeded"] + rec["failed"]
+            if reset or done == rec["planned"] or time.monotonic() - self._written >= self.WRITE_EVERY_S:
+                self._write()
             return
         rec["failed"] += 1
         rec["in_a_row"] += 1
@@ -181,9 +192,21 @@ class FailureWatch:
         first = rec["first"]
         rec["message"] = (f"{rec['failed']} of {rec['failed'] + rec['succeeded']} rollouts failed so far "
                           f"({rec['in_a_row']} in a row); first: row {first['row_id']}: {first['reason']}")[:500]
-        run_dir.update_status(self.output_dir, rollout_failures=rec)
+        self._write()
         if rec["in_a_row"] >= self.limit:
             raise TooManyFailures(rec)
+
+    def _write(self) -> None:
+        run_dir.update_status(self.output_dir, rollout_failures=self.record)
+        self._written = time.monotonic()
+
+    def stopped_report(self, extra: dict) -> dict:
+        """rehearsal.json of a rehearsal that stopped after too many failures: what it saw until then."""
+        rec = self.record
+        return {"status": "failed", "stopped_early": f"{rec['in_a_row']} rollouts failed in a row",
+                "mean_reward": None, "failed": rec["failed"], "judge_errors": None,
+                "rollouts": rec["failed"] + rec["succeeded"], "planned": rec["planned"], "first_failure": rec["first"],
+                **extra, "rows": self.seen}
 
     def _first(self, rollout: Any) -> dict:
         rid = rollout.rollout_id
@@ -280,7 +303,7 @@ def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_
     return {"results": results, "timings": timings}
 
 
-def report(results: list[dict], timings: dict, extra: dict) -> dict:
+def report(results: list[dict], timings: dict, extra: dict, planned: int | None = None) -> dict:
     by_split = {}
     for split in ("test", "train"):
         rows = [r for r in results if r["split"] == split]
@@ -292,7 +315,8 @@ def report(results: list[dict], timings: dict, extra: dict) -> dict:
     return {"mean_reward": _mean([r["reward"] for r in results]),
             "failed": sum(r["state"] != "succeeded" for r in results),
             "judge_errors": sum(1 for r in results if (r["reason"] or "").startswith("judge error")),
-            "rollouts": len(results), "splits": by_split, "timings": timings, **extra, "rows": results}
+            "rollouts": len(results), "planned": len(results) if planned is None else planned, "splits": by_split,
+            "timings": timings, **extra, "rows": results}
 
 
 def agent_error(log_path: Path, rollout_id: str) -> str | None:

@@ -91,7 +91,8 @@ STATUS_FIELDS = {
     "exit_code": "the job's exit code",
     "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
                         "disk | output_dir | job",
-    "rollout_failures": "rehearsal: failed/succeeded rollouts so far, failures in a row, the first failure's reason",
+    "rollout_failures": "rehearsal: rollouts planned, failed/succeeded so far (its progress), failures in a row, "
+                        "the first failure's reason",
     "reason": "one line: why the run failed or stopped",
     "detail": "with failed: vanished (the job died without recording its end; stop_training.py --force "
               "recorded it)",
@@ -227,6 +228,8 @@ def record_launch(output_dir: Path, *, pid: int, proc_start_time: float | None, 
     except BaseException:
         release_pid_file(output_dir, pid)
         raise
+    # ... nor its rehearsal.json (SKILL step 7 reads it): this run writes its own, or none.
+    (output_dir / REHEARSAL_FILE).unlink(missing_ok=True)
     _LAST_WRITTEN[str(output_dir)] = record
     return record
 

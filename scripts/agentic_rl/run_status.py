@@ -137,7 +137,8 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         rehearsal = None  # an earlier run's
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
-    summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
+    summary = ({k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts", "planned")}
+               if rehearsal else None)
     flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope)
              + rollout_failure_flags(st.get("rollout_failures")))
     proc_state = state["state"]
@@ -158,6 +159,18 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
     }
+
+
+def failure_hint(data: dict) -> str:
+    """What to do about a failed run when the job named no fix: a rehearsal has no checkpoint to resume
+    from (it is rehearsed again); a training run resumes only from a checkpoint it has."""
+    read = f"read the log tail, {data['output_dir']}/logs/controller.log and references/troubleshooting.md"
+    if data.get("mode") == "rehearse":
+        return (f"{read}; fix the cause and rehearse again: bash scripts/start_training.sh --input-dir <task folder> "
+                f"--output-dir {data['output_dir']} --rehearse")
+    if data.get("checkpoint") is not None:
+        return f"{read}; fix the cause and resume from the checkpoint with start_training.sh --resume"
+    return f"{read}; fix the cause and start again (the run saved no checkpoint to resume from)"
 
 
 def rollout_failure_flags(record: dict | None) -> list[dict]:

@@ -179,9 +179,10 @@ CASES: list[Case] = [
     Case("template-field-missing", edit_row("train.jsonl", 9, pop("question")),
          (("train.jsonl:9", "field question is missing in 1 of 256 rows (first at line 9; task.goal uses "
            "{question})"),), fields=("question",)),
-    Case("template-field-unknown", write("task.goal", "Solve {problem}\n"),
-         (("train.jsonl:1", "field problem is missing in every row"), ("train.jsonl", "256 rows, 1 defect"),
-          ("test.jsonl:1", "field problem is missing in every row")), fields=("problem",)),
+    # A template typo is one finding at its line of task.goal, not one per file at train.jsonl:1 (issue 18 E.22).
+    Case("template-field-unknown", write("task.goal", "Work it out.\nSolve {problem}\n"),
+         (("task.goal:2", "{problem} names a field that every row of train.jsonl and test.jsonl lacks"),),
+         fields=("problem",)),
     Case("metadata-list", edit_row("train.jsonl", 2, put("metadata", [1, 2])),
          (("train.jsonl:2", "field metadata must be an object, got list"),), fields=("metadata",)),
     Case("metadata-string-test", edit_row("test.jsonl", 3, put("metadata", "easy")),
@@ -256,7 +257,7 @@ CASES: list[Case] = [
     Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
     Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),
     Case("fewer-rows-than-batch", keep_rows("train.jsonl", 10),
-         (("train.jsonl", "10 rows, fewer than data.train_batch_size=16"),)),
+         (("data.train_batch_size", "train.jsonl has 10 rows, fewer than data.train_batch_size 16"),)),
     # The template.
     Case("template-attribute", write("task.goal", "Solve {question.__class__}\n"),
          (("task.goal", "not a plain field name"),)),

@@ -449,6 +449,32 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
 
 
+def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, runs, monkeypatch):
+    """#18 E.17: tasks/a and tasks/b share the default tasks/outputs. b's start there is refused (exit 4) naming
+    a; named on purpose (--output-dir) it starts, with a warning naming a."""
+    import shutil
+
+    monkeypatch.setenv("EVO_OUTPUT_DIR", "")  # the walkthrough's shell: unset, the default applies
+    cut_rows(example_task, "test.jsonl", 2)
+    a, b = tmp_path / "tasks" / "a", tmp_path / "tasks" / "b"
+    a.parent.mkdir()
+    shutil.copytree(example_task, a)
+    shutil.copytree(example_task, b)
+    out = tmp_path / "tasks" / "outputs"
+    runs.append(out)
+    first = run_script("start_training.sh", "--input-dir", str(a), "--rehearse")
+    assert first.returncode == 0, first.stderr
+    assert wait_done(out)["status"] == "completed"
+    refused = run_script("start_training.sh", "--input-dir", str(b), "--rehearse")
+    assert refused.returncode == cli.EXIT_CONFLICT, refused.stderr
+    assert f"holds a run of another task ({a})" in refused.stderr and "outputs-b" in refused.stderr
+    assert run_dir.read_status(out)["input_dir"] == str(a), "the refusal left task a's run as it was"
+    assert (out / run_dir.REHEARSAL_FILE).exists()
+    named = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", str(out), "--rehearse")
+    assert named.returncode == 0 and f"Warning: {out} holds a run of another task ({a})" in named.stderr, named.stderr
+    assert wait_done(out)["input_dir"] == str(b)
+
+
 def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, runs):
     """#18 E.16, E.19, E.20: "8 failed in a row" writes this run's rehearsal.json (the earlier one goes),
     check_status's progress agrees with the failure count, and the hint does not say --resume."""

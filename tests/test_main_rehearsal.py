@@ -666,3 +666,20 @@ def test_a_failed_rehearsal_is_rehearsed_again_not_resumed(tmp_path):
     assert "--resume" not in hint and "--rehearse" in hint
     assert "--resume" not in run_status.failure_hint({"mode": "train", "checkpoint": None, "output_dir": "O"})
     assert "--resume" in run_status.failure_hint({"mode": "train", "checkpoint": 5, "output_dir": "O"})
+
+
+def test_the_rehearsal_cost_is_calibrated_and_counts_model_calls():
+    """#18 E.21: the estimate was 2-3x low on 2 cores (CPU-bound agents ran 4 at a time on 2 CPUs) and
+    counted one model call per rollout whatever the agent. The figures measured on 2 cores (bench/
+    launch_bench.py prints the estimate beside a measured rehearsal): the example's 32 rollouts, 4 agents,
+    about 30 s in all."""
+    measured = rehearsal.cost(32, 0, 4, 4, cpus=2)
+    assert 24 <= measured["estimate_s"] <= 40 and "(a rough estimate)" in measured["text"], measured
+    assert "4 at a time on 2 CPUs" in measured["text"]
+    more_cores = rehearsal.cost(32, 0, 4, 4, cpus=8)
+    assert more_cores["estimate_s"] < measured["estimate_s"]
+    bundled = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2, calls_per_rollout=1)
+    assert bundled["model_calls"] == 6 and "the model's time for 6 calls to http" in bundled["text"]
+    custom = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2,
+                            calls_per_rollout=rehearsal.calls_per_rollout({"agent_class": "my:Agent"}))
+    assert not custom["model_calls_known"] and "at least 6 calls (a custom agent may make several" in custom["text"]

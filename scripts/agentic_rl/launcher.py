@@ -363,7 +363,10 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, mode, gpus, output_dir)
     if args.rehearse:
-        print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
+        cost = rehearsal_cost(args, input_dir, cfg, overrides)
+        print(cost["text"])
+        if cost["busy"]:
+            cli.print_warning(cost["busy"])
     return EXIT_OK
 
 
@@ -386,7 +389,11 @@ def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> di
         n = 1
     test, sample = rows("test.jsonl"), min(int(args.sample or 0), rows("train.jsonl"))
     agents = agl.controller_tuning(max(1, test + sample * n), os.cpu_count() or 1, rehearse=True)["maximum_size"]
-    return rehearsal.cost(test, sample, n, agents, args.model_endpoint)
+    try:
+        calls = rehearsal.calls_per_rollout(task.load_agent_config(input_dir))
+    except UserError:
+        calls = None  # the job's preflight says what is wrong with agent.json
+    return rehearsal.cost(test, sample, n, agents, args.model_endpoint, calls_per_rollout=calls)
 
 
 def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:

@@ -293,7 +293,8 @@ class Run:
             self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
         planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
-                                 plan.tuning["maximum_size"], self.args.model_endpoint)
+                                 plan.tuning["maximum_size"], self.args.model_endpoint,
+                                 calls_per_rollout=rehearsal.calls_per_rollout(task.load_agent_config(self.input_dir)))
         log(planned["text"])
         watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir,
                                        planned=planned["rollouts"])

@@ -124,6 +124,23 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
         assert status.returncode == 0, status.stderr
 
 
+def rejecting_endpoint():
+    """A model endpoint that answers every call 400 (not retried by the gateway; 5xx would be, 6 times)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Reject(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.send_error(400, "no such model")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def stale_rehearsal_json(out: Path) -> None:
     """An earlier run's rehearsal.json, as a folder reused for a new start holds it."""
     out.mkdir(parents=True, exist_ok=True)
@@ -422,18 +439,7 @@ def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(exam
 
 
 def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Reject(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.send_error(400, "no such model")  # not retried by the gateway (5xx would be, 6 times)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = rejecting_endpoint()
     cut_rows(example_task, "test.jsonl", 2)
     out = tmp_path / "out"
     runs.append(out)
@@ -478,18 +484,7 @@ def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_t
 def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, runs):
     """#18 E.16, E.19, E.20: "8 failed in a row" writes this run's rehearsal.json (the earlier one goes),
     check_status's progress agrees with the failure count, and the hint does not say --resume."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Reject(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.send_error(400, "no such model")  # not retried: each rollout fails at once
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = rejecting_endpoint()
     cut_rows(example_task, "test.jsonl", 12)
     out = tmp_path / "out"
     runs.append(out)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, config_values, files, run_dir, task
+from agentic_rl import cli, config_values, files, rehearsal, run_dir, task
 
 BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
 TASK_FOLDER_AGENT = "agentic_rl.agent:TaskFolderAgent"
@@ -308,7 +308,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     return Plan(cfg, model, tuning, agent_env, metrics_file, joins or None, resumed_from, info,
                 {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
                  "total_training_steps": steps, "steps_per_epoch": plan_steps["steps_per_epoch"],
-                 "verl_defaults_merged": bool(info.get("verl_defaults_merged"))}, env_paths)
+                 "verl_defaults_merged": bool(info.get("verl_defaults_merged")),
+                 # a rehearsal's progress counts against its whole plan from the start (check_status)
+                 **({"rollout_failures": rehearsal.progress_record(rollouts)} if rehearse else {})}, env_paths)
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:

@@ -157,6 +157,11 @@ def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
     return error_message or "the rollout failed without a reason", False
 
 
+def progress_record(planned: int | None, limit: int = CONSECUTIVE_FAILURES_MAX) -> dict:
+    """training.status's rollout_failures before any rollout ended: 0 of `planned`."""
+    return {"planned": planned, "failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit, "first": None}
+
+
 class FailureWatch:
     """Counts the rollouts as the manager sees them end and records them in training.status
     (rollout_failures: the rehearsal's progress against `planned`, and its failures, which check_status
@@ -166,11 +171,9 @@ class FailureWatch:
 
     def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX, planned: int | None = None):
         self.client, self.output_dir, self.limit = client, output_dir, limit
-        self.record: dict = {"planned": planned, "failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit,
-                             "first": None}
+        self.record: dict = progress_record(planned, limit)  # the job wrote it with its plan, before `running`
         self.seen: list[dict] = []  # each ended rollout: what a rehearsal stopped early reports
-        self._written = 0.0
-        self._write()  # 0 of planned from the start: check_status never falls back to one batch's count
+        self._written = time.monotonic()
 
     def __call__(self, rollout: Any, state: str) -> None:
         rec = self.record

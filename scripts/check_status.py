@@ -72,7 +72,8 @@ def render_samples(data: dict) -> str:
         text = "\n\n".join(blocks)
     for f in data["flags"]:
         text += f"\nFLAG {f['flag']}: {f['message']} -- {f['hint']}"
-    if skipped := run_status.skipped_text(data["skipped"]):
+    skipped = run_status.skipped_text(data["skipped"])  # no `:=` here: this file parses under Python 3.6
+    if skipped:
         text += f"\n{skipped}"
     return text
 
@@ -137,7 +138,8 @@ def render(data: dict) -> str:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
-    if skipped := run_status.skipped_text(data["skipped"]):
+    skipped = run_status.skipped_text(data["skipped"])
+    if skipped:
         rows.append({"item": "skipped", "value": skipped})
     text = cli.render_table(rows, ["item", "value"])
     return text + "\n\n" + "\n".join(data["log_tail"])

@@ -9,7 +9,9 @@ Usage: python bench/launch_bench.py [--repeat N] [--rows N]      (or: make bench
    wrapper, as the controller starts it (`python -c "...local_reconciler_worker..."`).
    Target: <= 150 ms for ours.
 2. Rehearsal: main.py --rehearse on a copy of assets/example with 64 test rows, pinned to 2
-   cores (sched_setaffinity), wall time from start to exit. Target: <= 30 s.
+   cores (sched_setaffinity), wall time from start to exit. Target: <= 30 s. Beside it, the cost
+   estimate the launcher prints for it (rehearsal.cost, the calibration of issue 18 E.21) and the
+   ratio estimate / measured: near 1 when the calibration holds on this host.
 Nothing asserts: these machines are noisy; read the figures.
 """
 
@@ -120,9 +122,15 @@ def rehearsal_wall(rows: int = 64) -> dict:
         status = json.loads((out / "training.status").read_text())
     if proc.returncode != 0:
         raise RuntimeError(f"rehearsal failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-1500:]}")
+    sys.path.insert(0, str(SCRIPTS))
+    from agentic_rl import rehearsal
+
+    agents = (status.get("controller_tuning") or {}).get("maximum_size") or 1
+    estimate = rehearsal.cost(rows, 0, 1, agents, cpus=2)["estimate_s"]
     return {"rehearsal_rows": rows, "rehearsal_cores": 2, "rehearsal_wall_s": round(wall, 2),
             "rehearsal_rollouts_s": rep.get("timings", {}).get("test_s"), "rehearsal_mean_reward": rep.get("mean_reward"),
-            "controller_tuning": status.get("controller_tuning"), "rehearsal_target_s": 30}
+            "controller_tuning": status.get("controller_tuning"), "rehearsal_target_s": 30,
+            "rehearsal_estimate_s": estimate, "rehearsal_estimate_ratio": round(estimate / wall, 2)}
 
 
 def run(repeat: int = 10, rows: int = 64) -> dict:

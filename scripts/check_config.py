@@ -12,8 +12,6 @@ unknown keys, every VERL "must" rule), for one file alone:
     data.train_batch_size  16
 """
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path

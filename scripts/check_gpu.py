@@ -21,8 +21,6 @@ Example (4x H200, GPU 0 busy; this output was produced with the fake NVML of tes
 CUDA_VISIBLE_DEVICES held before: the export line replaces that variable, it does not index into it.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

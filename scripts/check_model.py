@@ -28,8 +28,6 @@ a tiny real folder for the checks here is `python tools/make_tiny_model.py ~/mod
     try: actor_rollout_ref.actor.fsdp_config.optimizer_offload=true
 """
 
-from __future__ import annotations
-
 import difflib
 import sys
 from pathlib import Path

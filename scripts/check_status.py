@@ -39,8 +39,6 @@ Exit: 0 starting, running, completed or stopped (a deliberate stop can be resume
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
 
-from __future__ import annotations
-
 import sys
 import time
 from pathlib import Path
@@ -74,7 +72,8 @@ def render_samples(data: dict) -> str:
         text = "\n\n".join(blocks)
     for f in data["flags"]:
         text += f"\nFLAG {f['flag']}: {f['message']} -- {f['hint']}"
-    if skipped := run_status.skipped_text(data["skipped"]):
+    skipped = run_status.skipped_text(data["skipped"])  # no `:=` here: this file parses under Python 3.6
+    if skipped:
         text += f"\n{skipped}"
     return text
 
@@ -139,7 +138,8 @@ def render(data: dict) -> str:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
-    if skipped := run_status.skipped_text(data["skipped"]):
+    skipped = run_status.skipped_text(data["skipped"])
+    if skipped:
         rows.append({"item": "skipped", "value": skipped})
     text = cli.render_table(rows, ["item", "value"])
     return text + "\n\n" + "\n".join(data["log_tail"])
@@ -323,9 +323,8 @@ def run_failure(data: dict, code: int) -> UserError | None:
         return UserError(data["problem"], hint, code)
     reason = data.get("reason") or data.get("why") or "see the log tail"
     shown = f"{data.get('status')} ({data['detail']})" if data.get("detail") else data.get("status")
-    return UserError(f"run {data.get('run_id')} {shown}: {reason}",
-                     data.get("hint") or "read the log tail and references/troubleshooting.md; resume from a "
-                     "checkpoint with start_training.sh --resume", code)
+    return UserError(f"run {data.get('run_id')} {shown}: {reason}", data.get("hint") or run_status.failure_hint(data),
+                     code)
 
 
 def main(argv: list[str] | None = None) -> int:

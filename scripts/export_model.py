@@ -36,15 +36,14 @@ the output names (vLLM: --served-model-name).
     trained - base: +0.25
 """
 
-from __future__ import annotations
-
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
+
+from dataclasses import replace  # after the bootstrap: Python 3.6 has no dataclasses
 
 from agentic_rl import cli, export, run_dir, task
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError

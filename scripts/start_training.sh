@@ -18,4 +18,6 @@ if [[ -z $PY ]] || ! command -v "$PY" >/dev/null; then
 fi
 
 # The internals are the package scripts/agentic_rl, run as a module; PYTHONSAFEPATH keeps the cwd off sys.path.
-PYTHONPATH="$S${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1 exec "$PY" -m agentic_rl.launcher "$@" </dev/null
+# The bootstrap goes first: an old or bare python3 gets exit 3 (or a rerun under .venv) before the
+# launcher's modern syntax is read.
+PYTHONPATH="$S${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1 exec "$PY" -m agentic_rl.bootstrap agentic_rl.launcher "$@" </dev/null

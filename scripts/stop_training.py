@@ -32,8 +32,6 @@ Exit codes: 0 the run is fully gone (or was already completed/failed/stopped); 1
 proved, orphans without --force) or something is left; 2 no run in the output folder.
 """
 
-from __future__ import annotations
-
 import sys
 
 from agentic_rl import bootstrap

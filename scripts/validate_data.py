@@ -23,8 +23,6 @@ The task-folder contract is in examples.md. Blank lines (only whitespace) in the
 skipped; line numbers count them.
 """
 
-from __future__ import annotations
-
 import sys
 
 from agentic_rl import bootstrap

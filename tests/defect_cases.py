@@ -179,9 +179,10 @@ CASES: list[Case] = [
     Case("template-field-missing", edit_row("train.jsonl", 9, pop("question")),
          (("train.jsonl:9", "field question is missing in 1 of 256 rows (first at line 9; task.goal uses "
            "{question})"),), fields=("question",)),
-    Case("template-field-unknown", write("task.goal", "Solve {problem}\n"),
-         (("train.jsonl:1", "field problem is missing in every row"), ("train.jsonl", "256 rows, 1 defect"),
-          ("test.jsonl:1", "field problem is missing in every row")), fields=("problem",)),
+    # A template typo is one finding at its line of task.goal, not one per file at train.jsonl:1 (issue 18 E.22).
+    Case("template-field-unknown", write("task.goal", "Work it out.\nSolve {problem}\n"),
+         (("task.goal:2", "{problem} names a field that every row of train.jsonl and test.jsonl lacks"),),
+         fields=("problem",)),
     Case("metadata-list", edit_row("train.jsonl", 2, put("metadata", [1, 2])),
          (("train.jsonl:2", "field metadata must be an object, got list"),), fields=("metadata",)),
     Case("metadata-string-test", edit_row("test.jsonl", 3, put("metadata", "easy")),
@@ -256,7 +257,7 @@ CASES: list[Case] = [
     Case("empty-train", write("train.jsonl", ""), (("train.jsonl", "no rows"),)),
     Case("blank-test", write("test.jsonl", "\n  \n\t\n"), (("test.jsonl", "no rows"),)),
     Case("fewer-rows-than-batch", keep_rows("train.jsonl", 10),
-         (("train.jsonl", "10 rows, fewer than data.train_batch_size=16"),)),
+         (("data.train_batch_size", "train.jsonl has 10 rows, fewer than data.train_batch_size 16"),)),
     # The template.
     Case("template-attribute", write("task.goal", "Solve {question.__class__}\n"),
          (("task.goal", "not a plain field name"),)),
@@ -370,7 +371,26 @@ JUDGE_EXITS = ("import os, sys, json\nFIRST = json.loads(open(os.path.join(os.pa
                "'test.jsonl')).readline())['ground_truth']\n" + JUDGE_HEAD +
                "    if ground_truth == FIRST:\n        sys.exit(0)\n    os._exit(0)\n")
 
+# An agent that checks env_map's documented form reached it: {"NAME": "input.<field>"} (issue 18 E.18).
+ENV_AGENT = """import json, os
+from agentic_rl.agent import TemplateJudgeAgent
+class EnvAgent(TemplateJudgeAgent):
+    def run(self):
+        row = json.loads(os.environ["ARL_ROW"])
+        got = (os.environ.get("QUESTION"), os.environ.get("LEVEL"), os.environ.get("WHOLE"))
+        want = (row["question"], str(row["metadata"]["difficulty"]), os.environ["ARL_ROW"])
+        if got != want:
+            raise SystemExit(f"env_map gave {got!r}, the row has {want!r}")
+        return super().run()
+"""
+ENV_MAP = {"QUESTION": "input.question", "LEVEL": "input.metadata.difficulty", "WHOLE": "input"}
+
 RUN_CASES: list[RunCase] = [
+    RunCase("env-map-row-fields-reach-the-agent",
+            both(write("env_agent.py", ENV_AGENT), agent_json(agent_class="env_agent:EnvAgent"),
+                 config_key("agentlightning.local.env_map", ENV_MAP)), "completed"),
+    RunCase("env-map-field-a-row-lacks", config_key("agentlightning.local.env_map", {"HINT": "input.hint"}), "failed",
+            reason=("agentlightning.local.env_map.HINT: input.hint", "has no field hint")),
     RunCase("judge-exits-in-compute-reward", write("judge.py", JUDGE_EXITS), "completed",
             row_reasons=("judge error: judge.py called sys.exit(0)", "judge error: the judge's process exited with code 0"),
             judge_errors=2),

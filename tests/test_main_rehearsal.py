@@ -128,9 +128,34 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
         assert shown["verdict"] == "needs_real_model" and "--model-endpoint" in shown["hint"]
 
 
+def rejecting_endpoint():
+    """A model endpoint that answers every call 400 (not retried by the gateway; 5xx would be, 6 times)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Reject(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.send_error(400, "no such model")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stale_rehearsal_json(out: Path) -> None:
+    """An earlier run's rehearsal.json, as a folder reused for a new start holds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / run_dir.REHEARSAL_FILE).write_text(json.dumps({"run_id": "run-20250101-000000-earlier", "rollouts": 32,
+                                                          "failed": 0, "mean_reward": 1.0, "rows": []}))
+
+
 def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
     out = tmp_path / "out"
     runs.append(out)
+    stale_rehearsal_json(out)
     started = launch(example_task, out, "--rehearse", "--sample", "300")
     assert started.returncode == 0, started.stderr
     # 300 asked, 256 train rows there, rollout.n 4 in config.json: 32 + 1024 rollouts.
@@ -140,6 +165,12 @@ def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
     assert line in log_text(out), "the launcher and the job's log say the same"
     os.kill(st["pid"], signal.SIGTERM)  # no need to grind through them
     assert wait_done(out)["status"] == "stopped"
+    assert not (out / run_dir.REHEARSAL_FILE).exists(), "the earlier run's rehearsal.json beside this stopped run"
+    # Progress counts against the whole plan, not the batch in flight (#18 E.20: not "100% 32/32").
+    data = json.loads(run_script("check_status.py", "--output-dir", str(out), "--json").stdout)["data"]
+    rollouts = data["progress"]["rollouts"]
+    assert rollouts["planned"] == rollouts["enqueued"] == 1056 and rollouts["completed"] < 1056, rollouts
+    assert data["progress"]["percent"] < 100
 
 
 JUDGE_WITH_BAD_ROWS = '''
@@ -412,18 +443,7 @@ def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(exam
 
 
 def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Reject(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            self.send_error(400, "no such model")  # not retried by the gateway (5xx would be, 6 times)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Reject)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = rejecting_endpoint()
     cut_rows(example_task, "test.jsonl", 2)
     out = tmp_path / "out"
     runs.append(out)
@@ -437,6 +457,60 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     rep = json.loads((out / "rehearsal.json").read_text())
     assert rep["failed"] == 2 and all(r["reward"] == 0.0 for r in rep["rows"])
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
+
+
+def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, runs, monkeypatch):
+    """#18 E.17: tasks/a and tasks/b share the default tasks/outputs. b's start there is refused (exit 4) naming
+    a; named on purpose (--output-dir) it starts, with a warning naming a."""
+    import shutil
+
+    monkeypatch.setenv("EVO_OUTPUT_DIR", "")  # the walkthrough's shell: unset, the default applies
+    cut_rows(example_task, "test.jsonl", 2)
+    a, b = tmp_path / "tasks" / "a", tmp_path / "tasks" / "b"
+    a.parent.mkdir()
+    shutil.copytree(example_task, a)
+    shutil.copytree(example_task, b)
+    out = tmp_path / "tasks" / "outputs"
+    runs.append(out)
+    first = run_script("start_training.sh", "--input-dir", str(a), "--rehearse")
+    assert first.returncode == 0, first.stderr
+    assert wait_done(out)["status"] == "completed"
+    refused = run_script("start_training.sh", "--input-dir", str(b), "--rehearse")
+    assert refused.returncode == cli.EXIT_CONFLICT, refused.stderr
+    assert f"holds a run of another task ({a})" in refused.stderr and "outputs-b" in refused.stderr
+    assert run_dir.read_status(out)["input_dir"] == str(a), "the refusal left task a's run as it was"
+    assert (out / run_dir.REHEARSAL_FILE).exists()
+    named = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", str(out), "--rehearse")
+    assert named.returncode == 0 and f"Warning: {out} holds a run of another task ({a})" in named.stderr, named.stderr
+    assert wait_done(out)["input_dir"] == str(b)
+
+
+def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, runs):
+    """#18 E.16, E.19, E.20: "8 failed in a row" writes this run's rehearsal.json (the earlier one goes),
+    check_status's progress agrees with the failure count, and the hint does not say --resume."""
+    server = rejecting_endpoint()
+    cut_rows(example_task, "test.jsonl", 12)
+    out = tmp_path / "out"
+    runs.append(out)
+    stale_rehearsal_json(out)
+    try:
+        launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{server.server_address[1]}/v1")
+        final = wait_done(out, 90)
+    finally:
+        server.shutdown()
+    limit = rehearsal.CONSECUTIVE_FAILURES_MAX
+    assert final["status"] == "failed" and f"stopped after {limit} rollouts failed in a row" in final["reason"], final
+    rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text())
+    assert rep["run_id"] == final["run_id"] and rep["status"] == "failed", rep
+    assert rep["failed"] == rep["rollouts"] == len(rep["rows"]) == limit and rep["planned"] == 12, rep
+    assert "HTTP Error 400" in rep["first_failure"]["reason"]
+    status = run_script("check_status.py", "--output-dir", str(out), "--json")
+    envelope = json.loads(status.stdout)
+    rollouts = envelope["data"]["progress"]["rollouts"]
+    assert (rollouts["completed"], rollouts["failed"], rollouts["enqueued"]) == (limit, limit, 12), rollouts
+    assert "--resume" not in envelope["error"]["hint"] and "--rehearse" in envelope["error"]["hint"]
+    text = run_script("check_status.py", "--output-dir", str(out))
+    assert f"rollouts {limit}/12 done, {limit} failed" in text.stdout and "--resume" not in text.stderr, text
 
 
 def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, runs):
@@ -479,6 +553,10 @@ def test_run_case(case, example_task, tmp_path, runs):
     assert st["status"] == case.status, (st, log_text(out)[-3000:])
     for text in case.reason:
         assert text in st["reason"], st["reason"]
+    assert_run_gone(st)
+    if not (out / "rehearsal.json").exists():  # failed before any rollout (the job's preflight)
+        assert case.status == "failed" and not case.row_reasons and case.judge_errors is None, log_text(out)[-3000:]
+        return
     rep = json.loads((out / "rehearsal.json").read_text())
     if case.status == "completed":
         assert all(r["reward"] is not None for r in rep["rows"]), rep["rows"]
@@ -563,3 +641,44 @@ def test_the_job_refuses_an_interpolated_model_name_and_a_literal_env_map(exampl
     st = run_dir.read_status(out)
     assert proc.returncode == 1 and st["failed_component"] == "preflight", (proc.stderr, st)
     assert "agentlightning.local.env_map.BROWSER" in st["reason"] and "not an input path" in st["reason"]
+
+
+def test_rehearsal_progress_counts_against_its_plan():
+    """#18 E.20: the manager's log line counts one batch (10/10 of validation); the plan is 170."""
+    from agentic_rl import run_health
+
+    log = ["AglRolloutManager: completed=10/10 succeeded=10 failed=0"]
+    assert run_health.rollouts_in_flight(log), "the log line this test stands for no longer parses"
+    seen = {"planned": 170, "failed": 0, "succeeded": 10}
+    p = run_health.progress([], {"mode": "rehearse", "rollout_failures": seen}, log)
+    assert (p["rollouts"]["completed"], p["rollouts"]["enqueued"], p["percent"]) == (10, 170, 5.9)
+    stopped_early = {"rollouts": 8, "failed": 8, "planned": 32}  # rehearsal.json of "8 failed in a row"
+    p = run_health.progress([], {"mode": "rehearse", "rollout_failures": {**seen, "failed": 8, "succeeded": 0}},
+                            ["AglRolloutManager: completed=4/8 succeeded=0 failed=4"], stopped_early)
+    assert (p["rollouts"]["completed"], p["rollouts"]["failed"], p["percent"]) == (8, 8, 25.0)
+
+
+def test_a_failed_rehearsal_is_rehearsed_again_not_resumed(tmp_path):
+    from agentic_rl import run_status
+
+    hint = run_status.failure_hint({"mode": "rehearse", "checkpoint": None, "output_dir": str(tmp_path)})
+    assert "--resume" not in hint and "--rehearse" in hint
+    assert "--resume" not in run_status.failure_hint({"mode": "train", "checkpoint": None, "output_dir": "O"})
+    assert "--resume" in run_status.failure_hint({"mode": "train", "checkpoint": 5, "output_dir": "O"})
+
+
+def test_the_rehearsal_cost_is_calibrated_and_counts_model_calls():
+    """#18 E.21: the estimate was 2-3x low on 2 cores (CPU-bound agents ran 4 at a time on 2 CPUs) and
+    counted one model call per rollout whatever the agent. The figures measured on 2 cores (bench/
+    launch_bench.py prints the estimate beside a measured rehearsal): the example's 32 rollouts, 4 agents,
+    about 30 s in all."""
+    measured = rehearsal.cost(32, 0, 4, 4, cpus=2)
+    assert 24 <= measured["estimate_s"] <= 40 and "(a rough estimate)" in measured["text"], measured
+    assert "4 at a time on 2 CPUs" in measured["text"]
+    more_cores = rehearsal.cost(32, 0, 4, 4, cpus=8)
+    assert more_cores["estimate_s"] < measured["estimate_s"]
+    bundled = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2, calls_per_rollout=1)
+    assert bundled["model_calls"] == 6 and "the model's time for 6 calls to http" in bundled["text"]
+    custom = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2,
+                            calls_per_rollout=rehearsal.calls_per_rollout({"agent_class": "my:Agent"}))
+    assert not custom["model_calls_known"] and "at least 6 calls (a custom agent may make several" in custom["text"]

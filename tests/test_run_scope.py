@@ -94,7 +94,8 @@ def test_rehearsal_progress_is_its_rollouts(tmp_path):
     files.atomic_write_json(tmp_path / run_dir.REHEARSAL_FILE, {"run_id": "run-a", "rollouts": 34, "failed": 1,
                                                                 "mean_reward": 0.9, "judge_errors": 0})
     p = run_status.collect(tmp_path)["progress"]
-    assert p["percent"] == 100.0 and p["rollouts"] == {"completed": 34, "enqueued": 34, "succeeded": 33, "failed": 1}
+    assert p["percent"] == 100.0 and p["rollouts"] == {"completed": 34, "enqueued": 34, "planned": 34, "succeeded": 33,
+                                                       "failed": 1}
 
 
 def test_training_progress_is_still_steps(tmp_path):

@@ -136,6 +136,20 @@ def test_defect_case(case, example_task, capsys):
     assert "Hint: " in err and "Traceback" not in err + out
 
 
+@pytest.mark.parametrize("case_id", ["ground-truth-missing", "template-field-unknown", "fewer-rows-than-batch",
+                                     "template-field-missing"])
+def test_one_finding_one_error_and_hint(case_id, example_task, capsys):
+    """Issue 18 E.22: a single defect is one failed check and one Error/Hint pair at the place to edit: no
+    summary pair for the file, the batch size not twice, a template typo once at task.goal."""
+    case = next(c for c in CASES if c.id == case_id)
+    case.apply(example_task)
+    code, env, _ = run_json(capsys, str(example_task), "--sample", "0")
+    assert code == 1 and [c["where"] for c in fails(env)] == [case.expect[0][0]], fails(env)
+    assert validate_data.main([str(example_task), "--sample", "0"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err] == ["Error", "Hint"], err
+
+
 def test_there_are_enough_defect_cases():
     assert len(CASES) >= 96  # grows with every bad input found and handled; never shrinks
     assert len({c.id for c in CASES}) == len(CASES)
@@ -228,16 +242,17 @@ def test_a_model_path_in_config_json_warns_that_agent_json_wins(example_task, ca
     assert not [c for c in env["checks"] if c["where"] == "actor_rollout_ref.model.path"]
 
 
-def test_a_template_field_typo_is_one_finding_per_file_with_the_closest_name(example_task, capsys):
+def test_a_template_field_typo_is_one_finding_with_the_closest_name(example_task, capsys):
     (example_task / "task.goal").write_text("Solve: {qustion}\n")
     code, env, _ = run_json(capsys, str(example_task))
     typo = [c for c in fails(env) if c["details"].get("field") == "qustion"]
-    assert code == 1 and [c["where"] for c in typo] == ["train.jsonl:1", "test.jsonl:1"]
-    assert [c["details"]["rows"] for c in typo] == [256, 32]
+    # One finding at the place to edit (issue 18 E.22), naming both files whose rows lack it.
+    assert code == 1 and [c["where"] for c in typo] == ["task.goal:1"]
+    assert typo[0]["details"]["files"] == ["train.jsonl", "test.jsonl"]
     assert all(c["details"]["suggestion"] == "question" and "did you mean {question}?" in c["hint"] for c in typo)
     assert validate_data.main([str(example_task)]) == 1
     err = capsys.readouterr().err
-    assert sum(line.startswith("Error:") and "qustion" in line for line in err.splitlines()) == 2, err
+    assert sum(line.startswith("Error:") and "qustion" in line for line in err.splitlines()) == 1, err
     assert err.count("Hint:") == len([c for c in fails(env)])
     # Not near any field: the rows' fields are named instead of a wrong guess.
     (example_task / "task.goal").write_text("Solve: {problem}\n")
@@ -473,3 +488,23 @@ def test_an_agent_class_that_hangs_at_import_times_out(example_task, capsys):
     assert code == 1
     check = next(c for c in fails(env) if c["where"] == "agent.json:agent_class")
     assert "no answer within 1 s" in check["message"]
+
+
+def test_a_slow_judge_warns_with_its_time_per_training_step(example_task, capsys):
+    """Issue 18 E.25: a judge at seconds per call passed silently. The warning projects the probe's median
+    call onto a training step: rows per step x rollout.n calls, the training agents at a time."""
+    from agentic_rl import judge_probe
+    from agentic_rl.edge import agl
+
+    (example_task / "judge.py").write_text("import time\n" + JUDGE_HEAD
+                                           + "    time.sleep(1.2)\n    return float(response == ground_truth)\n")
+    code, env, err = run_json(capsys, str(example_task), "--sample", "1")
+    assert code == 0 and env["ok"], fails(env)
+    warned = [c for c in env["checks"] if c["status"] == "warn" and c["where"] == "judge.py"]
+    assert len(warned) == 1 and "per training step" in warned[0]["message"], env["checks"]
+    parallel = agl.controller_tuning(64, os.cpu_count() or 1, rehearse=False)["maximum_size"]
+    assert f"(16 rows x rollout.n 4 = 64 calls, {parallel} agents at a time" in warned[0]["message"]
+    projected = env["data"]["judge"]["per_step"]
+    assert projected["seconds"] == round(projected["p50_s"] * 64 / parallel, 1) and projected["p50_s"] >= 1.2
+    assert "data.train_batch_size" in warned[0]["hint"]
+    assert judge_probe.step_time_checks(judge_probe.step_time({"p50_ms": 5.0}, 16, 4, 8), "k") == []

@@ -4,22 +4,33 @@
 Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer] [--max-position-embeddings N]
 
 It is a real Qwen2 folder with random weights: enough for every check of check_model.py and for
-the rehearsal (which reads no weights), useless for training.
+the rehearsal (which reads no weights), useless for training. Its context (max_position_embeddings, default 2048) fits a config of 512 prompt
++ 512 response tokens with room to spare, so check_model.py --config passes for the usual configs.
 
     $ python tools/make_tiny_model.py build/demo/models/tiny-qwen2
     {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 74240, "shards": 1}
-"""
 
-from __future__ import annotations
+Like the CLIs in scripts/, run by any `python` it reruns under the bundle's .venv (which has numpy,
+safetensors and tokenizers), or exits 3 with `make install` in the hint; so its lines up to that call
+are plain Python 3.6 syntax.
+"""
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    from agentic_rl import bootstrap
+
+    bootstrap.ensure(modules=("numpy", "safetensors", "tokenizers"))  # the test extra's, in .venv by make install
 
 VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in range(10)] + list("+-*/()=: ") + [
     "Answer", "Compute", "the", "value", "of", "this", "expression"]
 HIDDEN, LAYERS, INTER = 32, 2, 64
+DEFAULT_POSITIONS = 2048  # 512 prompt + 512 response tokens fit twice
 
 
 def tensors() -> dict:
@@ -38,7 +49,7 @@ def tensors() -> dict:
     return {name: rng.standard_normal(shape).astype(np.float16) for name, shape in out.items()}
 
 
-def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_position_embeddings: int = 512) -> dict:
+def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_position_embeddings: int = DEFAULT_POSITIONS) -> dict:
     from safetensors.numpy import save_file
 
     dest = Path(dest)
@@ -80,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--no-tokenizer", action="store_true")
-    parser.add_argument("--max-position-embeddings", type=int, default=512, metavar="N",
-                        help="the context length config.json declares (default 512)")
+    parser.add_argument("--max-position-embeddings", type=int, default=DEFAULT_POSITIONS, metavar="N",
+                        help=f"the context length config.json declares (default {DEFAULT_POSITIONS})")
     args = parser.parse_args(argv)
     out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer, args.max_position_embeddings)
     print(json.dumps({k: out[k] for k in ("dest", "num_parameters", "shards")}))

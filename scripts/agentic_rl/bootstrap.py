@@ -7,7 +7,11 @@ When there is no usable .venv it exits 3 with one Error and one Hint line (`make
 with --json the one envelope on stdout; never a traceback.
 
 Standard library only, and plain syntax (nothing newer than Python 3.6), so an old Python 3 gets this
-message too.
+message too. For the same reason each CLI in scripts/ is plain syntax up to its `bootstrap.ensure()`
+line (no `from __future__ import annotations`: Python 3.6 rejects the whole file for it), and
+start_training.sh enters through `python -m agentic_rl.bootstrap agentic_rl.launcher ARGS`, which
+checks this Python before the launcher's own file is read (tests/test_bootstrap.py runs them under
+the oldest Pythons installed).
 
     >>> missing_modules(["json", "no_such_module_here"])
     ['no_such_module_here']
@@ -43,9 +47,9 @@ def missing_modules(names=REQUIRED_MODULES):
     return missing
 
 
-def problem():
-    """Why this Python cannot run the bundle, or None when it can."""
-    missing = missing_modules()
+def problem(modules=REQUIRED_MODULES):
+    """Why this Python cannot run the bundle (or a tool that needs `modules`), or None when it can."""
+    missing = missing_modules(modules)
     if not missing:  # a Python that has every package runs it (.venv-verl: 3.11 with agentlightning installed)
         return None
     why = []
@@ -62,12 +66,13 @@ def _in_venv():
         return False
 
 
-def ensure(module=None, argv=None):
+def ensure(module=None, argv=None, modules=REQUIRED_MODULES):
     """Return when this Python can run the bundle; else re-exec under the bundle's .venv, or exit 3.
 
-    module: the `-m` name when the caller runs as a module (the launcher); else sys.argv[0] is rerun."""
+    module: the `-m` name when the caller runs as a module (the launcher); else sys.argv[0] is rerun.
+    modules: what the caller imports (a tool of tools/ needs others than the CLIs)."""
     argv = list(sys.argv if argv is None else argv)
-    why = problem()
+    why = problem(modules)
     if why is None:
         os.environ.pop(GUARD_ENV, None)  # not handed on to processes this one starts
         return
@@ -102,3 +107,22 @@ def fail(why, argv):
     sys.stderr.write(f"Error: {message}\nHint: {hint}\n")
     sys.stderr.flush()
     sys.exit(EXIT_ENV)
+
+
+def run_module(argv):
+    """`python -m agentic_rl.bootstrap MODULE ARGS...`: ensure(), then run MODULE as __main__ with ARGS.
+    The module is parsed only once this Python can run the bundle."""
+    import runpy
+
+    if len(argv) < 2:
+        sys.stderr.write("Error: no module to run\nHint: python -m agentic_rl.bootstrap agentic_rl.launcher ARGS\n")
+        return 2
+    module, rest = argv[1], [argv[0]] + argv[2:]
+    ensure(module=module, argv=rest)
+    sys.argv = rest
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_module(sys.argv))

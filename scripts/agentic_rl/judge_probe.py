@@ -263,6 +263,39 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     return result
 
 
+# A judge slower than this per call, or one that adds this much to every training step, is worth a word
+# before training: VERL's step waits for the slowest rollout's reward.
+SLOW_CALL_S = 1.0
+SLOW_STEP_S = 60.0
+
+
+def step_time(result: dict, rows_per_step: int, n: int, parallel: int) -> dict | None:
+    """The judge's share of one training step, projected from the probe's median call: rows per step x
+    rollout.n calls, `parallel` agents at a time. None when no call succeeded.
+
+        >>> step_time({"p50_ms": 4000.0}, 16, 4, 8)["seconds"]
+        32.0
+    """
+    if not result.get("p50_ms"):
+        return None
+    calls = rows_per_step * n
+    return {"seconds": round(result["p50_ms"] / 1000 * calls / max(1, parallel), 1), "calls": calls,
+            "rows_per_step": rows_per_step, "n": n, "parallel": parallel, "p50_s": result["p50_ms"] / 1000}
+
+
+def step_time_checks(projected: dict | None, batch_key: str) -> list[Check]:
+    """A warning when the judge is slow per call or per step, with the projection; nothing otherwise."""
+    if projected is None or (projected["p50_s"] < SLOW_CALL_S and projected["seconds"] < SLOW_STEP_S):
+        return []
+    p = projected
+    return [Check("judge.py", "warn", f"compute_reward takes {p['p50_s']:.1f} s per call (median): about "
+                  f"{p['seconds']:g} s of judging per training step ({p['rows_per_step']} rows x rollout.n {p['n']} "
+                  f"= {p['calls']} calls, {p['parallel']} agents at a time on this host's CPUs)",
+                  "make compute_reward faster (load models once at import, no network round trip per call), or "
+                  f"accept the slower steps; fewer rows per step ({batch_key}) or a lower rollout.n cut it too",
+                  "judge.py", {"projected": p})]
+
+
 def guard_checks(result: dict, name: str, where: str, what: str) -> list[Check]:
     """Failures for what the user's code did outside its call: processes left running, the task folder changed."""
     checks = []

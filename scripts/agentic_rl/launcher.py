@@ -51,7 +51,8 @@ here: 0 = started (running, or a rehearsal that already completed; the next comm
 few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
 bundle's packages, input folder, config file, GPU driver/NVML for a training start, the job died
 early for want of a package, or no space left in the output folder); 4 = a live run (or its orphaned
-processes, or processes of a run whose folder was deleted at this path) holds the output folder."""
+processes, or processes of a run whose folder was deleted at this path) holds the output folder, or the default
+output folder (D/../outputs) holds a run of another task (name the folder with --output-dir to use it)."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -301,10 +302,29 @@ def launch(args, overrides: list[str]) -> int:
         raise UserError(f"{message}: {exc.strerror} while starting the run", hint, EXIT_ENV) from None
 
 
+def check_other_task(output_dir: Path, input_dir: Path, explicit: bool) -> None:
+    """The default O (D/../outputs) is shared by sibling task folders: a start of task B there would bury
+    task A's run (its rehearsal.json removed, metrics and samples mixed). Refused, exit 4, for the default;
+    a warning when O was named on purpose (--output-dir or EVO_OUTPUT_DIR)."""
+    other = run_dir.other_task(output_dir, input_dir)
+    if other is None:
+        return
+    if explicit:
+        cli.print_warning(f"{output_dir} holds a run of another task ({other}): starting a run of {input_dir} "
+                          "there; its rehearsal.json goes, its metrics and checkpoints stay beside this run's")
+        return
+    own = shlex.quote(str(input_dir.parent / f"outputs-{input_dir.name}"))
+    raise UserError(f"the default output folder {output_dir} holds a run of another task ({other}), not of "
+                    f"{input_dir}", f"give this task its own folder: --output-dir {own} (or set EVO_OUTPUT_DIR); "
+                    f"to start in this one anyway, name it: --output-dir {shlex.quote(str(output_dir))}",
+                    EXIT_CONFLICT)
+
+
 def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> int:
     run_dir.prepare(output_dir)
     lock_fd = take_lock(output_dir)
     refuse_live(output_dir)
+    check_other_task(output_dir, input_dir, bool(args.output_dir or os.environ.get("EVO_OUTPUT_DIR")))
     source, cfg = load_user_config(input_dir, args.config_file)
     if args.resume:
         check_resume(output_dir, cfg, overrides, source)
@@ -350,7 +370,10 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, mode, gpus, output_dir)
     if args.rehearse:
-        print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
+        cost = rehearsal_cost(args, input_dir, cfg, overrides)
+        print(cost["text"])
+        if cost["busy"]:
+            cli.print_warning(cost["busy"])
     return EXIT_OK
 
 
@@ -373,7 +396,11 @@ def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> di
         n = 1
     test, sample = rows("test.jsonl"), min(int(args.sample or 0), rows("train.jsonl"))
     agents = agl.controller_tuning(max(1, test + sample * n), os.cpu_count() or 1, rehearse=True)["maximum_size"]
-    return rehearsal.cost(test, sample, n, agents, args.model_endpoint)
+    try:
+        calls = rehearsal.calls_per_rollout(task.load_agent_config(input_dir))
+    except UserError:
+        calls = None  # the job's preflight says what is wrong with agent.json
+    return rehearsal.cost(test, sample, n, agents, args.model_endpoint, calls_per_rollout=calls)
 
 
 def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:

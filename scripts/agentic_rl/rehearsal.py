@@ -162,22 +162,36 @@ def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
     return error_message or "the rollout failed without a reason", False
 
 
-class FailureWatch:
-    """Counts the rollouts as the manager sees them end, records the failures in training.status
-    (rollout_failures: what check_status shows while the run is live) and raises TooManyFailures
-    after `limit` failures in a row."""
+def progress_record(planned: int | None, limit: int = CONSECUTIVE_FAILURES_MAX) -> dict:
+    """training.status's rollout_failures before any rollout ended: 0 of `planned`."""
+    return {"planned": planned, "failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit, "first": None}
 
-    def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX):
+
+class FailureWatch:
+    """Counts the rollouts as the manager sees them end and records them in training.status
+    (rollout_failures: the rehearsal's progress against `planned`, and its failures, which check_status
+    shows while the run is live); raises TooManyFailures after `limit` failures in a row."""
+
+    WRITE_EVERY_S = 1.0  # successes are recorded at most this often (each failure at once)
+
+    def __init__(self, client: Any, output_dir: Path, limit: int = CONSECUTIVE_FAILURES_MAX, planned: int | None = None):
         self.client, self.output_dir, self.limit = client, output_dir, limit
-        self.record: dict = {"failed": 0, "succeeded": 0, "in_a_row": 0, "limit": limit, "first": None}
+        self.record: dict = progress_record(planned, limit)  # the job wrote it with its plan, before `running`
+        self.seen: list[dict] = []  # each ended rollout: what a rehearsal stopped early reports
+        self._written = time.monotonic()
 
     def __call__(self, rollout: Any, state: str) -> None:
         rec = self.record
+        from agentic_rl import samples
+
+        self.seen.append({"rollout_id": rollout.rollout_id, "row_id": samples.row_id_of(rollout.input),
+                          "state": state})
         if state != "failed":
             rec["succeeded"] += 1
-            if rec["in_a_row"]:
-                rec["in_a_row"] = 0
-                run_dir.update_status(self.output_dir, rollout_failures=rec)
+            reset, rec["in_a_row"] = rec["in_a_row"], 0
+            done = rec["succeeded"] + rec["failed"]
+            if reset or done == rec["planned"] or time.monotonic() - self._written >= self.WRITE_EVERY_S:
+                self._write()
             return
         rec["failed"] += 1
         rec["in_a_row"] += 1
@@ -186,9 +200,21 @@ class FailureWatch:
         first = rec["first"]
         rec["message"] = (f"{rec['failed']} of {rec['failed'] + rec['succeeded']} rollouts failed so far "
                           f"({rec['in_a_row']} in a row); first: row {first['row_id']}: {first['reason']}")[:500]
-        run_dir.update_status(self.output_dir, rollout_failures=rec)
+        self._write()
         if rec["in_a_row"] >= self.limit:
             raise TooManyFailures(rec)
+
+    def _write(self) -> None:
+        run_dir.update_status(self.output_dir, rollout_failures=self.record)
+        self._written = time.monotonic()
+
+    def stopped_report(self, extra: dict) -> dict:
+        """rehearsal.json of a rehearsal that stopped after too many failures: what it saw until then."""
+        rec = self.record
+        return {"status": "failed", "stopped_early": f"{rec['in_a_row']} rollouts failed in a row",
+                "mean_reward": None, "failed": rec["failed"], "judge_errors": None,
+                "rollouts": rec["failed"] + rec["succeeded"], "planned": rec["planned"], "first_failure": rec["first"],
+                **extra, "rows": self.seen}
 
     def _first(self, rollout: Any) -> dict:
         rid = rollout.rollout_id
@@ -285,7 +311,7 @@ def drive(manager: Any, model: str, endpoint: str, test_rows: list[dict], train_
     return {"results": results, "timings": timings}
 
 
-def report(results: list[dict], timings: dict, extra: dict) -> dict:
+def report(results: list[dict], timings: dict, extra: dict, planned: int | None = None) -> dict:
     by_split = {}
     for split in ("test", "train"):
         rows = [r for r in results if r["split"] == split]
@@ -297,7 +323,8 @@ def report(results: list[dict], timings: dict, extra: dict) -> dict:
     return {"mean_reward": _mean([r["reward"] for r in results]),
             "failed": sum(r["state"] != "succeeded" for r in results),
             "judge_errors": sum(1 for r in results if (r["reason"] or "").startswith("judge error")),
-            "rollouts": len(results), "splits": by_split, "timings": timings, **extra, "rows": results}
+            "rollouts": len(results), "planned": len(results) if planned is None else planned, "splits": by_split,
+            "timings": timings, **extra, "rows": results}
 
 
 def agent_error(log_path: Path, rollout_id: str) -> str | None:
@@ -365,28 +392,60 @@ def write_outputs(output_dir: Path, metrics_file: Path, rep: dict) -> None:
             fh.write(json.dumps(line) + "\n")
 
 
-# Agent-seconds one rollout costs with the oracle: the agent process's start (~1.2 CPU-s, see
-# edge/agl.controller_tuning) and the controller's polls. Measured: the example's 32 validation
-# rollouts take ~11 s on 4 agents over 2 cores.
-ROLLOUT_AGENT_S = 1.5
-SERVICES_START_S = 5.0  # gateway and controller up
+# Calibrated on a 2-core host (this project's CI machine), the example's oracle rehearsals: 32 rollouts,
+# 4 agents: 23 s of rollouts after 7 s of start (gateway, controller, model registration), 30 s in all;
+# 2 rollouts: 8-16 s in all. An agent process costs ~1.2 CPU-s to start (edge/agl.controller_tuning),
+# its model call through the gateway and the judge the rest: the oracle's rollouts are CPU-bound, so
+# they go min(agents, CPUs) at a time, never faster than one rollout's own latency.
+START_S = 7.0  # gateway and controller up, the model registered
+ROLLOUT_CPU_S = 1.45  # CPU-seconds per rollout: the agent's start, its model call through the gateway, the judge
+ROLLOUT_LATENCY_S = 5.0  # the first rollout's own time: spawn, poll intervals, the reward seen
 
 
-def cost(test_rows: int, sample_rows: int, n: int, agents: int, endpoint: str | None = None) -> dict:
-    """What a rehearsal will do and roughly how long it takes: test rows once each, then the
-    --sample train rows rollout.n times each, `agents` at a time.
+def calls_per_rollout(agent_cfg: dict) -> int | None:
+    """Model calls per rollout: 1 for the bundled agent (one chat call), unknown (None) for agent.json's own
+    agent_class."""
+    return None if agent_cfg.get("agent_class") else 1
 
-        >>> cost(32, 300, 4, 4)["text"]
-        'rehearsal: 32 validation + 300 x 4 train = 1232 rollouts, 4 at a time: about 8 min with the oracle'
+
+def cost(test_rows: int, sample_rows: int, n: int, agents: int, endpoint: str | None = None,
+         cpus: int | None = None, calls_per_rollout: int | None = 1) -> dict:
+    """What a rehearsal will do and roughly how long it takes: test rows once each, then the --sample
+    train rows rollout.n times each, `agents` at a time, on `cpus` CPUs (default: this host's).
+    calls_per_rollout: model calls each rollout makes (1: the bundled agent; None: unknown, a custom
+    agent_class, which may make several).
+
+        >>> cost(32, 0, 4, 4, cpus=2)["text"]
+        'rehearsal: 32 validation = 32 rollouts, 4 at a time on 2 CPUs: about 30 s with the oracle (a rough estimate)'
+        >>> print(cost(32, 300, 4, 4, "http://h:8000/v1", cpus=2, calls_per_rollout=None)["text"])
+        rehearsal: 32 validation + 300 x 4 train = 1232 rollouts, 4 at a time on 2 CPUs: about 15 min, plus the model's time for at least 1232 calls (a custom agent may make several per rollout) to http://h:8000/v1 (a rough estimate)
     """
+    load = None
+    if cpus is None:  # this host: its load says whether the CPUs are ours (the calibration's were)
+        cpus = os.cpu_count() or 1
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = None
+    cpus = max(1, cpus)
     rollouts = test_rows + sample_rows * n
-    seconds = SERVICES_START_S + rollouts * ROLLOUT_AGENT_S / max(1, agents)
+    at_once = max(1, min(agents, cpus))
+    seconds = START_S + max(ROLLOUT_LATENCY_S if rollouts else 0.0, rollouts * ROLLOUT_CPU_S / at_once)
+    calls = rollouts * (calls_per_rollout or 1)
     train = f" + {sample_rows} x {n} train" if sample_rows else ""
-    text = (f"rehearsal: {test_rows} validation{train} = {rollouts} rollouts, {agents} at a time: about "
-            f"{_rough(seconds)}")
-    text += f", plus the model's time for {rollouts} calls to {endpoint}" if endpoint else " with the oracle"
-    return {"rollouts": rollouts, "validation": test_rows, "train": sample_rows * n, "agents": agents,
-            "estimate_s": round(seconds), "text": text}
+    text = (f"rehearsal: {test_rows} validation{train} = {rollouts} rollouts, {agents} at a time on {cpus} CPU"
+            f"{'s' if cpus > 1 else ''}: about {_rough(seconds)}")
+    if endpoint:
+        several = " (a custom agent may make several per rollout)" if calls_per_rollout is None else ""
+        text += f", plus the model's time for {'at least ' if several else ''}{calls} calls{several} to {endpoint}"
+    else:
+        text += " with the oracle"
+    text += " (a rough estimate)"
+    busy = (f"this host is busy (load {load:.1f} on {cpus} CPUs): the estimate is for idle CPUs, expect longer"
+            if load is not None and load > cpus else None)
+    return {"rollouts": rollouts, "validation": test_rows, "train": sample_rows * n, "agents": agents, "cpus": cpus,
+            "model_calls": calls, "model_calls_known": calls_per_rollout is not None, "estimate_s": round(seconds),
+            "text": text, "busy": busy}
 
 
 def _rough(seconds: float) -> str:

@@ -92,7 +92,8 @@ STATUS_FIELDS = {
     "exit_code": "the job's exit code",
     "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
                         "disk | output_dir | job",
-    "rollout_failures": "rehearsal: failed/succeeded rollouts so far, failures in a row, the first failure's reason",
+    "rollout_failures": "rehearsal: rollouts planned, failed/succeeded so far (its progress), failures in a row, "
+                        "the first failure's reason",
     "reason": "one line: why the run failed or stopped",
     "detail": "with failed: vanished (the job died without recording its end; stop_training.py --force "
               "recorded it)",
@@ -117,6 +118,19 @@ def resolve_output_dir(arg: str | os.PathLike | None, input_dir: str | os.PathLi
             EXIT_USAGE,
         )
     return (Path(base).expanduser().resolve().parent / "outputs").resolve()
+
+
+def other_task(output_dir: Path, input_dir: Path) -> str | None:
+    """The task folder of the run O holds when it is not input_dir (sibling task folders share the default
+    D/../outputs); None when O holds no run, or one of this task."""
+    recorded = (read_status(output_dir) or {}).get("input_dir")
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    try:
+        same = Path(recorded).resolve() == Path(input_dir).resolve()
+    except (OSError, RuntimeError, ValueError):
+        same = False
+    return None if same else recorded
 
 
 def prepare(output_dir: Path) -> None:
@@ -228,6 +242,8 @@ def record_launch(output_dir: Path, *, pid: int, proc_start_time: float | None, 
     except BaseException:
         release_pid_file(output_dir, pid)
         raise
+    # ... nor its rehearsal.json (SKILL step 7 reads it): this run writes its own, or none.
+    (output_dir / REHEARSAL_FILE).unlink(missing_ok=True)
     _LAST_WRITTEN[str(output_dir)] = record
     return record
 

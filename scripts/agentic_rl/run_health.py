@@ -92,12 +92,23 @@ def rollouts_in_flight(log_lines: list[str]) -> dict | None:
 
 def progress(history: list[dict], status: dict, log_lines: list[str] = (), rehearsal: dict | None = None) -> dict:
     """Steps done of the total, with ETA and epoch ("unit": "steps"); a rehearsal has no steps: its rollouts
-    done ("unit": "rollouts", percent of the current batch; all of them once rehearsal.json is written)."""
+    done of all it planned ("unit": "rollouts"), from its rehearsal.json once written, else from what the job
+    records as each rollout ends (rollout_failures), so the bar, the counts and the failures agree."""
     rollouts = rollouts_in_flight(log_lines)
     if status.get("mode") == "rehearse":
+        seen = status.get("rollout_failures") or {}
         if rehearsal and rehearsal.get("rollouts") is not None:
-            n, failed = rehearsal["rollouts"], rehearsal.get("failed") or 0
-            rollouts = {"completed": n, "enqueued": n, "succeeded": n - failed, "failed": failed}
+            done, failed, planned = rehearsal["rollouts"], rehearsal.get("failed") or 0, rehearsal.get("planned")
+        elif seen:
+            failed = seen.get("failed") or 0
+            done, planned = failed + (seen.get("succeeded") or 0), seen.get("planned")
+        else:  # a job of before these records: the manager's current batch
+            done = failed = planned = None
+        if done is not None:
+            planned = max(planned or 0, done)
+            # "enqueued" is the whole plan here (check_status shows done/enqueued), not the current batch
+            rollouts = {"completed": done, "enqueued": planned, "planned": planned, "succeeded": done - failed,
+                        "failed": failed}
         percent = (round(100.0 * rollouts["completed"] / rollouts["enqueued"], 1)
                    if rollouts and rollouts["enqueued"] else None)
         return {"unit": "rollouts", "step": None, "total": None, "percent": percent, "median_step_s": None,

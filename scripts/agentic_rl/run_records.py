@@ -101,14 +101,17 @@ STATUS_TEXTS = ("start_time", "end_time", "mode", "reason", "hint", "detail", "f
 
 
 
-def _failures(value: Any) -> bool:  # training.status rollout_failures: {failed, message, first: {...}}
-    return value is None or (type(value) is dict and count(value.get("failed")) and _text(value.get("message"))
+def _failures(value: Any) -> bool:
+    """training.status rollout_failures: {planned, failed, succeeded, message, first: {...}} (the rehearsal's
+    progress and failures)."""
+    return value is None or (type(value) is dict and all(count(value.get(k)) for k in ("failed", "succeeded", "planned"))
+                             and _text(value.get("message"))
                              and (value.get("first") is None or type(value.get("first")) is dict))
 
 
 # rehearsal.json's summary fields and their tests.
 REHEARSAL_FIELDS = {"run_id": _text, "mean_reward": reward, "failed": count, "judge_errors": count,
-                    "rollouts": count}
+                    "rollouts": count, "planned": count}
 
 
 def status_fields(record: dict) -> tuple[dict, list[str]]:

@@ -138,7 +138,8 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         rehearsal, bad_rehearsal = None, []  # an earlier run's
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
-    summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
+    summary = ({k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts", "planned")}
+               if rehearsal else None)
     recent = samples.read(output_dir, recent_only=True)
     signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
     flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope,
@@ -165,6 +166,18 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
         "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped, len(bad_fields) + len(bad_rehearsal)),
     }
+
+
+def failure_hint(data: dict) -> str:
+    """What to do about a failed run when the job named no fix: a rehearsal has no checkpoint to resume
+    from (it is rehearsed again); a training run resumes only from a checkpoint it has."""
+    read = f"read the log tail, {data['output_dir']}/logs/controller.log and references/troubleshooting.md"
+    if data.get("mode") == "rehearse":
+        return (f"{read}; fix the cause and rehearse again: bash scripts/start_training.sh --input-dir <task folder> "
+                f"--output-dir {data['output_dir']} --rehearse")
+    if data.get("checkpoint") is not None:
+        return f"{read}; fix the cause and resume from the checkpoint with start_training.sh --resume"
+    return f"{read}; fix the cause and start again (the run saved no checkpoint to resume from)"
 
 
 def read_rehearsal(output_dir: Path):

@@ -7,12 +7,13 @@ Rows are streamed, never held: a million-row file costs one pass and a few MB.
 from __future__ import annotations
 
 import json
+import os
 import re
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentic_rl import cli, files, task
+from agentic_rl import cli, config_values, files, task
 from agentic_rl.cli import Check, UserError
 from agentic_rl.task import TASK_FILES
 
@@ -211,33 +212,49 @@ def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
 
     for missing, seen in absent.items():
         total += 1
-        shown.append(_missing_field(name, missing, seen, rows, fields or []))
+        if seen["rows"] < rows:  # some rows lack it: the rows are the place to edit
+            shown.append(_missing_field(name, missing, seen, rows, fields or []))
+    typos = {f: seen for f, seen in absent.items() if seen["rows"] == rows}  # task.goal is: data_checks says it once
     candidates = ids.candidates()
     if candidates or absent:
         dups = list(_duplicates(path, candidates)) if candidates else []
         total += len(dups)
         merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
         shown = merged[:MAX_SHOWN]
-    return {"rows": rows, "defects": total, "shown": shown, "sample": samples}
+    return {"rows": rows, "defects": total, "shown": shown, "sample": samples, "typos": typos}
 
 
-def _missing_field(name: str, field: str, seen: dict, rows: int, fields: list[str]) -> Check:
-    """One finding for a template field some rows lack: how many, the first line, and the closest field
-    name the rows do have (a did-you-mean only when it is near; else the rows' fields)."""
+def _near_field(field: str, seen: dict, fields: list[str]) -> tuple[str | None, list[str], str]:
+    """(the closest field name the rows have, the rows' other fields, the hint): a did-you-mean only when it
+    is near; else the rows' fields."""
     import difflib
 
     others = [k for k in seen["keys"] if k not in fields and k not in ("ground_truth", "id", "metadata")]
     near = difflib.get_close_matches(field, others, n=1, cutoff=0.6)
-    where = "every row" if seen["rows"] == rows else f"{seen['rows']} of {rows} rows"
     if near:
-        hint = f"did you mean {{{near[0]}}}? write {{{near[0]}}} in task.goal, or add {field} to the rows"
-    else:
-        hint = (f"the rows have {', '.join(others) or 'no other fields'}: use one of them in task.goal, or add "
-                f"{field} to the rows")
-    check = _defect(name, seen["line"], f"field {field} is missing in {where} (first at line {seen['line']}; "
-                    f"task.goal uses {{{field}}})", hint, field)
-    check.details.update(rows=seen["rows"], suggestion=near[0] if near else None, row_fields=others)
+        return near[0], others, f"did you mean {{{near[0]}}}? write {{{near[0]}}} in task.goal, or add {field} to the rows"
+    return None, others, (f"the rows have {', '.join(others) or 'no other fields'}: use one of them in task.goal, or "
+                          f"add {field} to the rows")
+
+
+def _missing_field(name: str, field: str, seen: dict, rows: int, fields: list[str]) -> Check:
+    """One finding for a template field some rows lack: how many, the first line, and the closest field."""
+    near, others, hint = _near_field(field, seen, fields)
+    check = _defect(name, seen["line"], f"field {field} is missing in {seen['rows']} of {rows} rows (first at line "
+                    f"{seen['line']}; task.goal uses {{{field}}})", hint, field)
+    check.details.update(rows=seen["rows"], suggestion=near, row_fields=others)
     return check
+
+
+def _template_typo(field: str, in_files: dict[str, dict], template: str | None, fields: list[str]) -> Check:
+    """One finding for a task.goal field that no row of train.jsonl or test.jsonl has: at its line in
+    task.goal, the place to edit (not once per file at line 1)."""
+    line = next((n for n, text in enumerate((template or "").splitlines(), 1) if "{" + field in text), 1)
+    near, others, hint = _near_field(field, next(iter(in_files.values())), fields)
+    names = " and ".join(in_files)
+    return Check("task.goal", "fail", f"{{{field}}} names a field that every row of {names} lacks", hint,
+                 f"task.goal:{line}", {"file": "task.goal", "line": line, "field": field, "files": list(in_files),
+                                       "suggestion": near, "row_fields": others})
 
 
 def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
@@ -254,11 +271,13 @@ def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
             first[key] = lineno
 
 
-def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int | None,
-                sample: int, batch_key: str = "data.train_batch_size") -> tuple[list[Check], dict]:
-    """train.jsonl and test.jsonl: per-file defects, a summary line, and the train rows vs. batch size."""
+def data_checks(input_dir: Path, fields: list[str] | None, sample: int,
+                template: str | None = None) -> tuple[list[Check], dict]:
+    """train.jsonl and test.jsonl: per-file defects (a summary only when more than MAX_SHOWN, and one finding
+    at task.goal for a field no row has). Train rows vs. the batch size is verl_rules' check (train-rows)."""
     checks: list[Check] = []
     info: dict = {}
+    typos: dict[str, dict[str, dict]] = {}
     for name in ("train.jsonl", "test.jsonl"):
         path = input_dir / name
         if not path.is_file():
@@ -271,23 +290,19 @@ def data_checks(input_dir: Path, fields: list[str] | None, train_batch_size: int
             continue
         info[name] = scan
         checks.extend(scan["shown"])
+        for field, seen in scan["typos"].items():
+            typos.setdefault(field, {})[name] = seen
         rows, total = scan["rows"], scan["defects"]
         if rows == 0 and total == 0:
             checks.append(Check(name, "fail", "no rows (the file is empty or blank)",
                                 f"add rows: {TASK_FILES[name]}", name, {"file": name, "line": 0}))
-        elif total:
-            more = f"; the first {MAX_SHOWN} are listed" if total > MAX_SHOWN else ""
-            checks.append(Check(name, "fail", f"{rows} rows, {total} defect{'s' if total > 1 else ''}{more}",
-                                "fix the lines listed above", name, {"file": name, "defects": total}))
-        else:
+        elif total > MAX_SHOWN:  # the defects not listed are a finding of their own
+            checks.append(Check(name, "fail", f"{rows} rows, {total} defects; the first {MAX_SHOWN} are listed",
+                                "fix the lines listed, then validate again to see the rest", name,
+                                {"file": name, "defects": total}))
+        elif not total:
             checks.append(Check(name, "ok", f"{rows} rows, no defects", where=name, details={"rows": rows}))
-        if name == "train.jsonl" and train_batch_size and 0 < rows < train_batch_size:
-            checks.append(Check(
-                name, "fail",
-                f"{rows} rows, fewer than {batch_key}={train_batch_size}: VERL drops the last partial "
-                "batch (drop_last) and has nothing to train on",
-                f"add rows, or set {batch_key} <= {rows} in config.json", name,
-                {"file": name, "rows": rows, "train_batch_size": train_batch_size}))
+    checks += [_template_typo(field, in_files, template, fields or []) for field, in_files in typos.items()]
     return checks, info
 
 
@@ -508,13 +523,6 @@ def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None
     return config_checks.check_config(cfg, source=source, gpus=gpus, train_rows=train_rows)
 
 
-def train_batch_size(cfg: dict) -> tuple[str, int | None]:
-    """(key, rows per step) of VERL's train dataloader: data.gen_batch_size, else data.train_batch_size."""
-    from agentic_rl import config_values
-
-    return config_values.dataloader_batch(cfg)
-
-
 def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Check]:
     """The fast preflight the training job re-runs: files present, agent.json, template parse, and
     config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
@@ -524,6 +532,21 @@ def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] 
     cfg, cfg_checks = read_config(input_dir, overrides)
     return (checks + cfg_checks + config_checks_for(cfg, gpus, source=config_source(overrides))
             + model_path_check(input_dir, cfg))
+
+
+def judge_step_time(judge: dict, cfg: dict) -> dict | None:
+    """judge_probe.step_time for this config: VERL's rows per step, rollout.n, and the agents that run at once
+    in training on this host (edge/agl.controller_tuning, as the job sets it)."""
+    from agentic_rl import judge_probe
+    from agentic_rl.edge import agl
+
+    try:
+        rows = int(config_values.dataloader_batch(cfg)[1] or 1)
+        n = int(config_values.effective(cfg, "actor_rollout_ref.rollout.n") or 1)
+    except (TypeError, ValueError):  # a wrong type: the config checks say so
+        return None
+    parallel = agl.controller_tuning(rows * n, os.cpu_count() or 1, rehearse=False)["maximum_size"]
+    return judge_probe.step_time(judge, rows, n, parallel)
 
 
 def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
@@ -549,8 +572,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
                                                  *named)
     template, fields, template_checks = read_template(input_dir)
     cfg, cfg_checks = read_config(input_dir, overrides)
-    batch_key, batch = train_batch_size(cfg) if cfg is not None else ("data.train_batch_size", None)
-    rows_checks, info = data_checks(input_dir, fields, batch, sample, batch_key)
+    rows_checks, info = data_checks(input_dir, fields, sample, template)
     train = info.get("train.jsonl", {})
     data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),
                   "test_rows": info.get("test.jsonl", {}).get("rows"), "template_fields": fields,
@@ -569,6 +591,9 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+        if cfg is not None:
+            data["judge"]["per_step"] = projected = judge_step_time(judge, cfg)
+            checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
     checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
                + model_path_check(input_dir, cfg))
     return checks, data

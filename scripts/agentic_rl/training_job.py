@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, job_config, learning_signal, rehearsal, run_dir, samples, task
+from agentic_rl import cli, files, job_config, learning_signal, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs
 
@@ -293,24 +293,29 @@ class Run:
             answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides())
             self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
-        log(rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
-                           plan.tuning["maximum_size"], self.args.model_endpoint)["text"])
-        watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir)
+        planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
+                                 plan.tuning["maximum_size"], self.args.model_endpoint,
+                                 calls_per_rollout=rehearsal.calls_per_rollout(task.load_agent_config(self.input_dir)))
+        log(planned["text"])
+        watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir,
+                                       planned=planned["rollouts"])
+        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint}
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:
-            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, job_config.wrap_rows, writer)
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, plan.wrap, writer)
         except OSError as exc:
             if run_dir.is_disk_full(exc):
                 raise Failure("disk", f"writing the rehearsal's samples failed: {exc}") from None
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         except rehearsal.TooManyFailures as stop:
+            self.write_stopped_report(watch.stopped_report({**extra, "wall_s": round(time.monotonic() - started, 3)}))
             raise Failure(self.failure_component(stop.record), f"stopped after {stop.record['in_a_row']} rollouts "
                           f"failed in a row: {stop.record['message']}"[:400]) from None
-        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
-                 "wall_s": round(time.monotonic() - started, 3)}
+        extra["wall_s"] = round(time.monotonic() - started, 3)
         rehearsal.add_agent_errors(out["results"], self.controller.log_path)
-        rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
+        rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra,
+                               planned["rollouts"])
         rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
                                                          self.oracle is not None)
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
@@ -330,6 +335,15 @@ class Run:
         problem = rehearsal.verdict(rep)  # a failed rollout, or one that ended without a reward
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
+
+    def write_stopped_report(self, rep: dict) -> None:
+        """A rehearsal stopped by its failures still leaves its own rehearsal.json (best effort: the failure
+        itself is what the run records)."""
+        try:
+            run_dir.check_claim(self.output_dir)
+            files.atomic_write_json(self.output_dir / run_dir.REHEARSAL_FILE, rep)
+        except (OSError, run_dir.FolderReplaced) as exc:
+            log(f"could not write {run_dir.REHEARSAL_FILE}: {exc}")
 
     def failure_component(self, record: dict) -> str:
         """'model endpoint' when the first failed rollout's model call failed, else 'agent'."""
@@ -356,7 +370,7 @@ class Run:
         self.status(ray_started_by_run=self.ray_started)
         collector = self.sample_collector(cfg, plan)
         try:
-            in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
+            in_helper_thread(run_ppo, cfg, plan.wrap(train_rows), plan.wrap(test_rows))
         except Exception as exc:
             raise Failure("trainer", job_config.classify_failure(
                 f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None

@@ -49,7 +49,8 @@ example:
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
 1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, too
 few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
-bundle's packages, input folder, config file, GPU driver/NVML for a training start, the job died
+bundle's packages, input folder, config file, GPU driver/NVML for a training start, a driver older
+than the installed torch's CUDA build needs (references/gpu-stack.md), the job died
 early for want of a package, or no space left in the output folder); 4 = a live run (or its orphaned
 processes, or processes of a run whose folder was deleted at this path) holds the output folder."""
 
@@ -231,6 +232,23 @@ def check_gpus_exist(gpus: list[int]) -> None:
                         "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
 
 
+def check_driver() -> dict:
+    """Train mode: the driver must run the installed torch's CUDA build (exit 3, the ways out in the hint),
+    or the run fails at its first CUDA call, after the model download. Returns what was read."""
+    from agentic_rl import gpu_stack
+    from agentic_rl.edge import nvml
+
+    try:
+        driver = gpu_select.driver_report()
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"training needs the NVIDIA driver: {exc}", "run on a GPU host (python scripts/check_gpu.py), "
+                        "or rehearse: bash scripts/start_training.sh --input-dir D --rehearse", EXIT_ENV) from None
+    if driver["problem"]:
+        raise UserError(f"{driver['problem']} ({sys.executable}: torch {driver['torch']}); training would fail at its "
+                        "first CUDA call", gpu_stack.ways_out(driver["torch_cuda"]), EXIT_ENV)
+    return driver
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -306,6 +324,8 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
     elif not args.rehearse:
         check_gpus_exist(gpus)
+    if not args.rehearse:
+        check_driver()
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
     log_path = output_dir / run_dir.LOG_FILE

@@ -219,7 +219,10 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
     env_vars = {} if rehearse else verl_config.ppo_runtime_env_vars()
     env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
-    env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
+    env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)
+                     if name in os.environ})
+    if os.environ.get(run_dir.RUN_DIR_ENV):  # with the id: what a node's sweep proves a process by
+        env_vars[run_dir.RUN_DIR_ENV] = os.environ[run_dir.RUN_DIR_ENV]
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
     _set(cfg, "agentlightning.local.agent_class", TASK_FOLDER_AGENT if agent.get("agent_class") else BUNDLED_AGENT)
     env_map = _get(cfg, "agentlightning.local.env_map") or {}
@@ -254,6 +257,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     if agent.get("agent_class"):
         agent_env["ARL_AGENT_CLASS"] = agent["agent_class"]
     joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
+    if joins:  # handed on explicitly: ray.init without it would start a private one-node cluster
+        _set(cfg, "ray_kwargs.ray_init.address", joins)
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)
         if errors:

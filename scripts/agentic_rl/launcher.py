@@ -61,7 +61,7 @@ processes, or processes of a run whose folder was deleted at this path) holds th
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--rehearse [--model-endpoint URL] "
+                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--rehearse [--model-endpoint URL] "
                                  "[--sample N]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -76,6 +76,12 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
                    "instead of the oracle")
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
+                   "$RAY_ADDRESS): one preflight over its nodes first, and the address is handed to run_ppo, which "
+                   "then never starts a private cluster. references/multi-node.md")
+    p.add_argument("--gateway-host", metavar="ADDR", help="with --ray-address: the address the run's gateway listens "
+                   "on, which every node must reach (default: this host's address on the Ray network; 0.0.0.0 "
+                   "means every interface, said as a warning). Without a cluster it stays 127.0.0.1")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     return p
 
@@ -88,6 +94,29 @@ def check_args(args) -> None:
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
     if not args.rehearse and (args.model_endpoint or args.sample is not None):
         raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
+    address = ray_address(args)
+    if address is None and args.gateway_host:
+        raise UserError("--gateway-host works only with --ray-address (on one host the gateway stays on 127.0.0.1)",
+                        "add --ray-address HOST:PORT, or drop --gateway-host", EXIT_USAGE)
+    if address is not None:
+        where = "--ray-address" if args.ray_address else "RAY_ADDRESS"
+        host, _, port = address.rpartition(":")
+        if address == "auto" or not host or not port.isdigit():
+            raise UserError(f"{where} {address!r} is not HOST:PORT (\"auto\" finds a cluster only in Ray's default "
+                            "temp folder, and a miss there started a private one-node cluster)",
+                            "pass the head's GCS address, e.g. --ray-address 10.0.0.1:6379", EXIT_USAGE)
+        if args.rehearse:
+            raise UserError(f"{where} is set, but a rehearsal runs no Ray", "drop --rehearse to train on the cluster, "
+                            "or unset RAY_ADDRESS to rehearse", EXIT_USAGE)
+        if args.gpus is not None:
+            raise UserError(f"--gpus picks GPUs of this host, but {where} trains on the Ray cluster, whose nodes Ray "
+                            "gives their GPUs", "drop --gpus; check the nodes: python scripts/check_gpu.py "
+                            f"--ray-address {address}", EXIT_USAGE)
+
+
+def ray_address(args) -> str | None:
+    """The cluster the run joins: --ray-address, else $RAY_ADDRESS; None: run_ppo starts its own Ray."""
+    return (args.ray_address or os.environ.get("RAY_ADDRESS") or "").strip() or None
 
 
 # --------------------------------------------------------------------------- the folder and its lock
@@ -249,13 +278,44 @@ def check_driver() -> dict:
     return driver
 
 
+def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path) -> dict:
+    """The one preflight over the cluster before anything of the run starts: per node resources, versions,
+    model folder, shared output folder, gateway reachability and driver (cluster_checks). Exit 1 / 3 with
+    every failed finding printed, node named; else what the job needs (the gateway's addresses)."""
+    from agentic_rl import cluster_checks, model_files, placement
+    from agentic_rl.edge import ray_cluster
+
+    try:
+        per_node, nnodes = (int(setting(cfg, overrides, k) or 1) for k in (GPU_KEY, "trainer.nnodes"))
+    except (TypeError, ValueError):
+        raise UserError(f"{GPU_KEY} and trainer.nnodes must be integers", "fix config.json or the overrides") from None
+    need = placement.demand(per_node, nnodes)
+    name = task.load_agent_config(input_dir)["model_name"]
+    model = model_files.resolve_model(name)
+    bind = args.gateway_host
+    spec = {"model_path": str(model) if model else name, "output_dir": str(output_dir), "gateway_host": bind}
+    found = ray_cluster.probe_cluster(address, spec)
+    gateway = found.get("gateway") or {}
+    spec["gateway_shown"] = f"the gateway's address {gateway.get('advertised')}"
+    findings = cluster_checks.resource_findings(need, found["nodes"])
+    findings += cluster_checks.environment_findings(found["nodes"], found.get("probes") or {}, spec)
+    cluster_checks.refuse(address, findings, cli.print_error)
+    if gateway.get("bind") in ("0.0.0.0", "::"):
+        cli.print_warning(f"--gateway-host {gateway['bind']}: the gateway listens on every interface of this host; "
+                          f"the nodes use {gateway['advertised']}; every route still demands the run's key")
+    return {"bind": gateway.get("bind"), "advertised": gateway.get("advertised"), "nodes": len(found["nodes"])}
+
+
 # --------------------------------------------------------------------------- the job
 
 
 def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list[int] | None,
-                overrides: list[str]) -> list[str]:
+                overrides: list[str], cluster: dict | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
            "--output-dir", str(output_dir), "--run-id", run_id]
+    if cluster:
+        cmd += ["--ray-address", cluster["address"], "--gateway-host", cluster["bind"],
+                "--gateway-advertise", cluster["advertised"]]
     if args.config_file:
         cmd += ["--config-file", str(Path(args.config_file).expanduser().resolve())]
     if gpus:
@@ -268,8 +328,11 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     return cmd + (["--", *overrides] if overrides else [])
 
 
-def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path) -> dict:
+def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path,
+            address: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (run_dir.RUN_ID_ENV,)}
+    if address:
+        env["RAY_ADDRESS"] = address  # run_ppo's ray.init joins this cluster, whatever the config says
     env.update({run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(output_dir), run_dir.LOCK_FD_ENV: str(lock_fd),
                 run_dir.LAUNCH_FD_ENV: str(launch_fd),
                 "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
@@ -320,11 +383,14 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     if args.resume:
         check_resume(output_dir, cfg, overrides, source)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
-    if not args.rehearse and gpus is None:
+    address, cluster = ray_address(args), None
+    if address and not args.rehearse:
+        cluster = {"address": address, **check_cluster(args, address, cfg, overrides, input_dir, output_dir)}
+    elif not args.rehearse and gpus is None:
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
     elif not args.rehearse:
         check_gpus_exist(gpus)
-    if not args.rehearse:
+    if not args.rehearse and not cluster:
         check_driver()
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
@@ -336,8 +402,9 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                   f"GPUs {','.join(map(str, gpus)) if gpus else 'none'} ===\n")
     hold_read, hold_write = os.pipe()
     try:
-        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides),
-                         job_env(run_id, gpus, lock_fd, hold_read, output_dir), log_path, lock_fd, hold_read)
+        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, cluster),
+                         job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
+                         log_path, lock_fd, hold_read)
     finally:
         os.close(hold_read)
     from agentic_rl.edge import procs
@@ -361,7 +428,7 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                         f"last lines of {log_path}:\n{tail.rstrip()}",
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
-    print_started(run_id, proc.pid, mode, gpus, output_dir)
+    print_started(run_id, proc.pid, mode, gpus, output_dir, address if cluster else None)
     if args.rehearse:
         print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
     return EXIT_OK
@@ -389,11 +456,13 @@ def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> di
     return rehearsal.cost(test, sample, n, agents, args.model_endpoint)
 
 
-def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:
+def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path,
+                  address: str | None = None) -> None:
     # Commands that work from here: relative to the bundle when we are in it.
     shown = "scripts" if Path.cwd().resolve() == cli.BUNDLE_DIR.resolve() else str(cli.SCRIPTS_DIR)
     out = shlex.quote(str(output_dir))
-    print(f"started run {run_id}: pid {pid}, mode {mode}, GPUs {','.join(map(str, gpus)) if gpus else 'none'}\n"
+    where = f"the Ray cluster at {address}" if address else ",".join(map(str, gpus)) if gpus else "none"
+    print(f"started run {run_id}: pid {pid}, mode {mode}, GPUs {where}\n"
           f"log:     {output_dir / run_dir.LOG_FILE}\n"
           f"status:  python {shown}/check_status.py --output-dir {out}\n"
           f"follow:  tail -f {out}/{run_dir.LOG_FILE}\n"

@@ -88,6 +88,7 @@ STATUS_FIELDS = {
     "services": "gateway and controller: pid, url, log",
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
+    "ray_address": "the existing Ray cluster the run joined (null: its own Ray on this host)",
     "exit_code": "the job's exit code",
     "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
                         "disk | output_dir | job",
@@ -97,6 +98,8 @@ STATUS_FIELDS = {
               "recorded it)",
     "hint": "with failed: the fix, when the job knows it (e.g. free space on O's filesystem)",
     "leftovers": "pids of the run still alive after the job's clean-up",
+    "leftovers_by_node": "on a joined Ray cluster: per node, the pids of the run still alive after every node's "
+                         "sweep (or the error that kept a node from answering)",
 }
 
 

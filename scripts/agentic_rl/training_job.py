@@ -128,6 +128,9 @@ class Run:
         os.environ[run_dir.RUN_DIR_ENV] = str(self.output_dir)  # ... and its folder: found even without a record
         self.mode = "rehearse" if args.rehearse else "train"
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+        if args.ray_address:
+            os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
+        self.joins_ray: str | None = None
         self.key = agl.new_key()
         self.gateway = self.controller = self.oracle = None
         self.ray_started = False
@@ -174,7 +177,7 @@ class Run:
             outcome = exc
         self.stopping = True
         code, final = self.outcome(outcome)
-        leftovers = self.shutdown()
+        leftovers, by_node = self.shutdown()
         gone = run_dir.folder_problem(self.output_dir)
         if not gone:
             run_dir.release_reserve(self.output_dir)  # the run ends: its reserve makes room for the last record
@@ -186,7 +189,8 @@ class Run:
             log(f"{gone}: its end is not recorded there (that folder is not this run's)")
             return code
         try:
-            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
+            extra = {} if by_node is None else {"leftovers_by_node": by_node}
+            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers, **extra)
         except (OSError, run_dir.FolderReplaced) as exc:
             log(f"could not record the end in {run_dir.STATUS_FILE}: {exc}")
             return code
@@ -240,7 +244,9 @@ class Run:
         for name in ("gateway", "controller"):
             try:
                 if name == "gateway":
-                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env)
+                    host = self.args.gateway_host or agl.HOST
+                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env, host=host,
+                                                     advertise=self.args.gateway_advertise or host)
                 else:
                     self.controller = agl.start_controller(self.output_dir / run_dir.LOGS_DIR, self.gateway, plan.tuning,
                                                                 env)
@@ -345,7 +351,8 @@ class Run:
 
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
-        self.status(ray_started_by_run=self.ray_started)
+        self.joins_ray = plan.joins_ray
+        self.status(ray_started_by_run=self.ray_started, ray_address=plan.joins_ray)
         collector = self.sample_collector(cfg, plan)
         try:
             in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
@@ -366,21 +373,39 @@ class Run:
         step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
         return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
 
-    def shutdown(self) -> list[int]:
+    def shutdown(self) -> tuple[list[int], dict | None]:
         agl.stop_service(self.controller, agl.CONTROLLER_STOP_S)
-        if self.ray_started:
+        by_node = None
+        if self.ray_started or self.joins_ray:
             from agentic_rl.edge import ray_cluster
 
-            problem = ray_cluster.shutdown_local()  # the cluster ray.init started; never a host-wide `ray stop`
+            # Our own Ray stops; a joined cluster only loses this driver, and Ray ends its actors with it.
+            problem = ray_cluster.shutdown_local()  # never a host-wide `ray stop`
             if problem:
                 log(f"ray.shutdown failed: {problem}")
+            if self.joins_ray:
+                by_node = self.sweep_cluster()
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
         left = procs.kill_run(self.run_id, exclude_pids=[os.getpid()])
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
-        return left
+        return left, by_node
+
+    def sweep_cluster(self) -> dict | None:
+        """Every node of the joined cluster stops what still carries this run's id (Ray actors that survived
+        the driver, their children); {node: [pids left]}, logged per node."""
+        from agentic_rl.edge import ray_cluster
+
+        try:
+            by_node = ray_cluster.sweep_run(self.joins_ray, self.run_id, [os.getpid()])
+        except UserError as exc:
+            log(f"could not sweep the Ray cluster's nodes: {exc.message}")
+            return {"error": exc.message}
+        for node, left in by_node.items():
+            log(f"node {node}: {'nothing of the run left' if left == [] else f'left: {left}'}")
+        return by_node
 
 
 def in_helper_thread(fn, *args) -> None:
@@ -424,6 +449,9 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--config-file", help="config JSON (default: INPUT_DIR/config.json)")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1: sets trainer.n_gpus_per_node")
     parser.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto)")
+    parser.add_argument("--ray-address", help="join this Ray cluster (default: $RAY_ADDRESS); run_ppo gets it too")
+    parser.add_argument("--gateway-host", help="the address the gateway listens on (default 127.0.0.1)")
+    parser.add_argument("--gateway-advertise", help="the address the nodes reach it at (default: --gateway-host)")
     parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")

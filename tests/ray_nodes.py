@@ -43,16 +43,32 @@ def free_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    """head(...) then worker(...); stop() ends every process of every node and says what was left."""
+    """head(...) then worker(...); stop() ends every process of every node and says what was left.
+    Each node start has its own marker (EVO_RUN_ID of its processes), so a failed start is cleaned up alone."""
 
     def __init__(self, ray_bin: Path, env: dict | None = None):
         self.ray_bin, self.marker = ray_bin, f"arl-test-cluster-{uuid.uuid4().hex[:12]}"
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "EVO_RUN_ID", "ARL_OUTPUT_DIR")}
         self.env.update(CLUSTER_ENV, EVO_RUN_ID=self.marker, **(env or {}))
         self.address: str | None = None
+        self.markers: list[str] = []  # one per node start: EVO_RUN_ID of its processes
         self.temp_dirs: list[Path] = []
 
-    def _start(self, args: list[str], name: str, gpus: int, cpus: int, env: dict | None) -> None:
+    def _start(self, args: list[str], name: str, gpus: int, cpus: int, env: dict | None, tries: int = 3) -> None:
+        """ray start, tried again on a failed start: Ray gives a raylet 30 s to register with the GCS
+        (node.py's raylet_start_wait_time_s, not configurable), which a busy machine can miss."""
+        for attempt in range(tries):
+            marker = f"{self.marker}-{name}-{attempt}"
+            try:
+                return self._start_once(args, name, gpus, cpus, {**(env or {}), "EVO_RUN_ID": marker})
+            except RuntimeError:
+                procs.kill_run(marker, timeout=10)  # what the failed start left of this node
+                if attempt == tries - 1:
+                    raise
+            finally:
+                self.markers.append(marker)
+
+    def _start_once(self, args: list[str], name: str, gpus: int, cpus: int, env: dict) -> None:
         temp = Path(tempfile.mkdtemp(prefix="arl-ray-", dir="/tmp"))
         self.temp_dirs.append(temp)
         ports = free_ports(len(PORT_FLAGS) + 2)
@@ -61,7 +77,7 @@ class Cluster:
                "--object-store-memory=80000000", "--disable-usage-stats",
                *(f"{flag}={port}" for flag, port in zip(PORT_FLAGS, ports)),
                f"--min-worker-port={ports[-2]}", f"--max-worker-port={ports[-2] + 40}"]
-        proc = subprocess.run(cmd, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=180,
+        proc = subprocess.run(cmd, env={**self.env, **env}, capture_output=True, text=True, timeout=180,
                               stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed: {proc.stderr[-2000:]}")
@@ -76,8 +92,11 @@ class Cluster:
     def worker(self, name: str = "worker-1", gpus: int = 1, cpus: int = 3, env: dict | None = None) -> None:
         self._start([f"--address={self.address}"], name, gpus, cpus, env)
 
+    def processes(self) -> list:
+        return [p for marker in self.markers for p in procs.find_run_processes(marker)]
+
     def stop(self) -> list[int]:
-        left = procs.kill_run(self.marker, timeout=10)
+        left = [pid for marker in self.markers for pid in procs.kill_run(marker, timeout=10)]
         for temp in self.temp_dirs:
             shutil.rmtree(temp, ignore_errors=True)
         return left

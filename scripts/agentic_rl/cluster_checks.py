@@ -55,6 +55,12 @@ def resource_findings(need: dict, nodes: list[dict]) -> list[Check]:
                              "" if enough else f"restart this node's Ray with --num-gpus {need['n_gpus_per_node']} "
                              f"--num-cpus {need['cpus_per_node'] + TASK_RUNNER_CPUS} (or free what holds them); or "
                              "lower trainer.nnodes / trainer.n_gpus_per_node to what the cluster has", where))
+    if not enough and all(n in hosts for n in nodes if n["alive"]):  # every node hosts one: too few nodes
+        out.append(Check("node resources", "fail", f"trainer.nnodes={need['nnodes']} needs {need['nnodes']} nodes that "
+                         f"each host one placement group ({group}); the cluster has {len(hosts)} (VERL would pack "
+                         "two groups on one node, or wait for ever)",
+                         f"add nodes (ray start --address ... --num-gpus {need['n_gpus_per_node']}), or lower "
+                         f"trainer.nnodes to {len(hosts)}", "the cluster"))
     if enough:
         # Groups on the smallest hosts leave the most room: the TaskRunner needs one CPU left on some node.
         placed = sorted(hosts, key=lambda n: n["cpus_available"])[:need["nnodes"]]

@@ -54,7 +54,7 @@ class Cluster:
         self.markers: list[str] = []  # one per node start: EVO_RUN_ID of its processes
         self.temp_dirs: list[Path] = []
 
-    def _start(self, args: list[str], name: str, gpus: int, cpus: int, env: dict | None, tries: int = 3) -> None:
+    def _start(self, args: list[str], name: str, gpus: int, cpus: int, env: dict | None, tries: int = 5) -> None:
         """ray start, tried again on a failed start: Ray gives a raylet 30 s to register with the GCS
         (node.py's raylet_start_wait_time_s, not configurable), which a busy machine can miss."""
         for attempt in range(tries):
@@ -91,6 +91,21 @@ class Cluster:
 
     def worker(self, name: str = "worker-1", gpus: int = 1, cpus: int = 3, env: dict | None = None) -> None:
         self._start([f"--address={self.address}"], name, gpus, cpus, env)
+
+    def hold_cpus(self, node_name: str, cpus: int, python: Path) -> subprocess.Popen:
+        """A driver holding `cpus` CPUs of one node (an actor pinned there) until its stdin closes."""
+        code = ("import ray, sys; from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as A; "
+                f"ray.init(address={self.address!r}, logging_level='ERROR'); "
+                f"[nid] = [n['NodeID'] for n in ray.nodes() if n.get('NodeName') == {node_name!r} and n['Alive']]; "
+                "H = ray.remote(type('Holder', (), {'ready': lambda self: True})); "
+                f"h = H.options(num_cpus={cpus}, scheduling_strategy=A(nid, soft=False)).remote(); "
+                "ray.get(h.ready.remote(), timeout=120); print('ready', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([str(python), "-c", code], env=self.env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if holder.stdout.readline().strip() != "ready":
+            holder.kill()
+            raise RuntimeError(f"could not hold {cpus} CPU(s) of {node_name}")
+        return holder
 
     def processes(self) -> list:
         return [p for marker in self.markers for p in procs.find_run_processes(marker)]

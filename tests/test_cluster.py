@@ -1,9 +1,10 @@
-"""Training on an existing Ray cluster, on three real raylets on this machine (tests/ray_nodes.py).
+"""Training on an existing Ray cluster, on two real raylets on this machine (tests/ray_nodes.py).
 
-head (1 GPU, 4 CPUs: a placement group's 3 and the TaskRunner's 1), worker-1 (1 GPU, 3 CPUs) and
-worker-2 (1 GPU, 2 CPUs: short of one CPU), each with its own temp folder and ports; GPU counts are
-Ray's logical resources. start_training.sh runs under .venv-verl with --ray-address:
-- trainer.nnodes=3 is refused before anything starts, worker-2 named (exit 1);
+head (1 GPU, 4 CPUs: a placement group's 3 and the TaskRunner's 1) and worker-1 (1 GPU, 3 CPUs),
+each with its own temp folder and ports; GPU counts are Ray's logical resources. start_training.sh
+runs under .venv-verl with --ray-address, trainer.nnodes=2, trainer.n_gpus_per_node=1:
+- while another driver holds one of worker-1's CPUs, the run is refused before anything starts,
+  worker-1 named (exit 1);
 - trainer.nnodes=2 runs VERL's real TaskRunner on the cluster, the GPU half of the trainer replaced
   by tests/train_fake.py (as tests/test_train_path.py does), and completes; the address reached
   run_ppo, the gateway listened where the nodes reach it and demanded the key, every node's sweep
@@ -43,7 +44,6 @@ def cluster():
     try:
         nodes.head(gpus=1, cpus=4)
         nodes.worker("worker-1", gpus=1, cpus=3)
-        nodes.worker("worker-2", gpus=1, cpus=2)
         yield nodes
     finally:
         left = nodes.stop()
@@ -77,12 +77,17 @@ def no_probe_files(out: Path) -> bool:
 def test_a_worker_short_of_cpus_is_refused_before_anything_starts(cluster, tmp_path, run_ids):
     make_tiny_model(tmp_path / "models" / "tiny")
     task, out = make_task(tmp_path), tmp_path / "out"
-    proc = start(cluster, task, out, 3, tmp_path / "rec")
+    holder = cluster.hold_cpus("worker-1", 1, VERL_PY)
+    try:
+        proc = start(cluster, task, out, 2, tmp_path / "rec")
+    finally:
+        holder.stdin.close()  # the driver exits and Ray frees the CPU
+        holder.wait(timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"the Ray cluster at {cluster.address} is not ready for this run" in errors[0]
-    assert "(worker-2, node " in errors[0] and "offers 1 GPU(s) and 2 CPUs" in errors[0]
+    assert "(worker-1, node " in errors[0] and "offers 1 GPU(s) and 2 CPUs" in errors[0]
     assert "--num-cpus 4" in proc.stderr.splitlines()[-1]
     assert not (out / "training.status").exists() and not (out / "training.log").exists()
     assert not (tmp_path / "rec").exists() and no_probe_files(out)
@@ -103,8 +108,8 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     assert st["status"] == "completed" and st["exit_code"] == 0, st
     assert st["ray_address"] == cluster.address and st["ray_started_by_run"] is False
     assert st["services"]["gateway"]["url"].startswith(f"http://{NODE_IP}:")
-    assert len(st["leftovers_by_node"]) == 3 and all(v == [] for v in st["leftovers_by_node"].values()), st
-    assert any("(worker-2, node " in node for node in st["leftovers_by_node"])
+    assert len(st["leftovers_by_node"]) == 2 and all(v == [] for v in st["leftovers_by_node"].values()), st
+    assert any("(worker-1, node " in node for node in st["leftovers_by_node"])
     resolved = (out / "resolved_config.yaml").read_text()
     assert f"address: {cluster.address}" in resolved
     record = trainer_record(rec)
@@ -113,7 +118,7 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     assert workers and all(w["env"]["EVO_RUN_ID"] == st["run_id"] for w in workers)
     assert no_probe_files(out)
     log = (out / "training.log").read_text()
-    assert log.count("nothing of the run left") == 3
+    assert log.count("nothing of the run left") == 2
 
     # --- a second run is stopped mid-training
     out, rec = tmp_path / "out-b", tmp_path / "rec-b"
@@ -139,9 +144,9 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     stopped = run_script("stop_training.py", "--output-dir", str(out), "--json", timeout=300)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     report = json.loads(stopped.stdout)["data"]
-    assert len(report["nodes"]) == 3 and all(v == [] for v in report["nodes"].values()), report
+    assert len(report["nodes"]) == 2 and all(v == [] for v in report["nodes"].values()), report
     assert status(out)["status"] == "stopped" and procs.find_run_processes(run_id) == []
     assert all(not p.is_running() for p in carriers)
     raylets = [p for p in cluster.processes() if p.name() == "raylet"]
-    assert len(raylets) == 3, "the cluster lives on: a stop touches only the run's processes"
+    assert len(raylets) == 2, "the cluster lives on: a stop touches only the run's processes"
     assert no_probe_files(out)

@@ -99,3 +99,25 @@ def test_refuse_prints_every_finding_and_exits_1_for_resources_only():
     assert err.value.code == 1 and "(2 findings, the others above)" in err.value.message
     assert len(printed) == 1 and printed[0][0].startswith("10.0.0.1 (head, node aaaaaaaa, head): node resources")
     assert cluster_checks.refuse("x:1", [c for c in found if c.status != "fail"], print) is None
+
+
+@pytest.mark.parametrize(("address", "gateway", "rehearse", "gpus", "says"), [
+    ("auto", None, False, None, "'auto' is not HOST:PORT"),
+    ("head-without-port", None, False, None, "is not HOST:PORT"),
+    ("10.0.0.1:6379", None, True, None, "a rehearsal runs no Ray"),
+    ("10.0.0.1:6379", None, False, "0,1", "--gpus picks GPUs of this host"),
+    (None, "0.0.0.0", False, None, "--gateway-host works only with --ray-address"),
+])
+def test_cluster_flags_are_usage_errors(address, gateway, rehearse, gpus, says):
+    with pytest.raises(UserError) as err:
+        cluster_checks.check_flags(address, "--ray-address", gateway, rehearse, gpus)
+    assert err.value.code == 2 and says in err.value.message and err.value.hint
+
+
+def test_start_training_refuses_auto_from_ray_address(tmp_path):
+    from conftest import ROOT, run_script
+
+    proc = run_script("start_training.sh", "--input-dir", str(ROOT / "assets" / "example"), "--output-dir",
+                      str(tmp_path / "out"), env={"RAY_ADDRESS": "auto"})
+    assert proc.returncode == 2 and "Error: RAY_ADDRESS 'auto' is not HOST:PORT" in proc.stderr
+    assert not (tmp_path / "out" / "training.status").exists()

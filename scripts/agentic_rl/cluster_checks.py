@@ -21,8 +21,10 @@ run_ppo and before anything of the run starts:
 
 from __future__ import annotations
 
-from agentic_rl import gpu_stack
-from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, Check, UserError
+from pathlib import Path
+
+from agentic_rl import cli, gpu_stack
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
 from agentic_rl.edge.ray_cluster import node_label
 from agentic_rl.placement import TASK_RUNNER_CPUS
 
@@ -137,3 +139,46 @@ def refuse(address: str, findings: list[Check], print_error) -> None:
     more = f" ({len(failed)} findings, the others above)" if len(failed) > 1 else ""
     raise UserError(f"the Ray cluster at {address} is not ready for this run{more}: {last.where}: {last.name}: "
                     f"{last.message}", last.hint, EXIT_ENV if env else EXIT_FAIL)
+
+
+def check_flags(address: str | None, where: str, gateway_host: str | None, rehearse: bool, gpus: str | None) -> None:
+    """The launcher's cluster flags, before anything is read: exit 2 with the fix."""
+    if address is None:
+        if gateway_host:
+            raise UserError("--gateway-host works only with --ray-address (on one host the gateway stays on 127.0.0.1)",
+                            "add --ray-address HOST:PORT, or drop --gateway-host", EXIT_USAGE)
+        return
+    host, _, port = address.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        raise UserError(f"{where} {address!r} is not HOST:PORT (\"auto\" finds a cluster only in Ray's default "
+                        "temp folder, and a miss there started a private one-node cluster)",
+                        "pass the head's GCS address, e.g. --ray-address 10.0.0.1:6379", EXIT_USAGE)
+    if rehearse:
+        raise UserError(f"{where} is set, but a rehearsal runs no Ray", "drop --rehearse to train on the cluster, "
+                        "or unset RAY_ADDRESS to rehearse", EXIT_USAGE)
+    if gpus is not None:
+        raise UserError(f"--gpus picks GPUs of this host, but {where} trains on the Ray cluster, whose nodes Ray "
+                        "gives their GPUs", f"drop --gpus; check the nodes: python scripts/check_gpu.py "
+                        f"--ray-address {address}", EXIT_USAGE)
+
+
+def preflight(address: str, need: dict, model_name: str, output_dir: Path, gateway_host: str | None) -> dict:
+    """The one preflight over the cluster before anything of a run starts: every node probed
+    (ray_cluster.probe_cluster), every failed finding printed, exit 1 / 3; else the gateway's
+    addresses (bind, advertised) for the job."""
+    from agentic_rl import model_files
+    from agentic_rl.edge import ray_cluster
+
+    model = model_files.resolve_model(model_name)
+    spec = {"model_path": str(model) if model else model_name, "output_dir": str(output_dir),
+            "gateway_host": gateway_host}
+    found = ray_cluster.probe_cluster(address, spec)
+    gateway = found.get("gateway") or {}
+    spec["gateway_shown"] = f"the gateway's address {gateway.get('advertised')}"
+    findings = resource_findings(need, found["nodes"])
+    findings += environment_findings(found["nodes"], found.get("probes") or {}, spec)
+    refuse(address, findings, cli.print_error)
+    if gateway.get("bind") in ("0.0.0.0", "::"):
+        cli.print_warning(f"--gateway-host {gateway['bind']}: the gateway listens on every interface of this host; "
+                          f"the nodes use {gateway['advertised']}; every route but /healthz demands the run's key")
+    return {"bind": gateway.get("bind"), "advertised": gateway.get("advertised"), "nodes": len(found["nodes"])}

@@ -94,24 +94,10 @@ def check_args(args) -> None:
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
     if not args.rehearse and (args.model_endpoint or args.sample is not None):
         raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
-    address = ray_address(args)
-    if address is None and args.gateway_host:
-        raise UserError("--gateway-host works only with --ray-address (on one host the gateway stays on 127.0.0.1)",
-                        "add --ray-address HOST:PORT, or drop --gateway-host", EXIT_USAGE)
-    if address is not None:
-        where = "--ray-address" if args.ray_address else "RAY_ADDRESS"
-        host, _, port = address.rpartition(":")
-        if address == "auto" or not host or not port.isdigit():
-            raise UserError(f"{where} {address!r} is not HOST:PORT (\"auto\" finds a cluster only in Ray's default "
-                            "temp folder, and a miss there started a private one-node cluster)",
-                            "pass the head's GCS address, e.g. --ray-address 10.0.0.1:6379", EXIT_USAGE)
-        if args.rehearse:
-            raise UserError(f"{where} is set, but a rehearsal runs no Ray", "drop --rehearse to train on the cluster, "
-                            "or unset RAY_ADDRESS to rehearse", EXIT_USAGE)
-        if args.gpus is not None:
-            raise UserError(f"--gpus picks GPUs of this host, but {where} trains on the Ray cluster, whose nodes Ray "
-                            "gives their GPUs", "drop --gpus; check the nodes: python scripts/check_gpu.py "
-                            f"--ray-address {address}", EXIT_USAGE)
+    from agentic_rl import cluster_checks
+
+    cluster_checks.check_flags(ray_address(args), "--ray-address" if args.ray_address else "RAY_ADDRESS",
+                               args.gateway_host, args.rehearse, args.gpus)
 
 
 def ray_address(args) -> str | None:
@@ -279,31 +265,15 @@ def check_driver() -> dict:
 
 
 def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path) -> dict:
-    """The one preflight over the cluster before anything of the run starts: per node resources, versions,
-    model folder, shared output folder, gateway reachability and driver (cluster_checks). Exit 1 / 3 with
-    every failed finding printed, node named; else what the job needs (the gateway's addresses)."""
-    from agentic_rl import cluster_checks, model_files, placement
-    from agentic_rl.edge import ray_cluster
+    """cluster_checks.preflight for this start: exit 1 / 3 before anything starts, else the gateway's addresses."""
+    from agentic_rl import cluster_checks, placement
 
     try:
         per_node, nnodes = (int(setting(cfg, overrides, k) or 1) for k in (GPU_KEY, "trainer.nnodes"))
     except (TypeError, ValueError):
         raise UserError(f"{GPU_KEY} and trainer.nnodes must be integers", "fix config.json or the overrides") from None
-    need = placement.demand(per_node, nnodes)
-    name = task.load_agent_config(input_dir)["model_name"]
-    model = model_files.resolve_model(name)
-    bind = args.gateway_host
-    spec = {"model_path": str(model) if model else name, "output_dir": str(output_dir), "gateway_host": bind}
-    found = ray_cluster.probe_cluster(address, spec)
-    gateway = found.get("gateway") or {}
-    spec["gateway_shown"] = f"the gateway's address {gateway.get('advertised')}"
-    findings = cluster_checks.resource_findings(need, found["nodes"])
-    findings += cluster_checks.environment_findings(found["nodes"], found.get("probes") or {}, spec)
-    cluster_checks.refuse(address, findings, cli.print_error)
-    if gateway.get("bind") in ("0.0.0.0", "::"):
-        cli.print_warning(f"--gateway-host {gateway['bind']}: the gateway listens on every interface of this host; "
-                          f"the nodes use {gateway['advertised']}; every route still demands the run's key")
-    return {"bind": gateway.get("bind"), "advertised": gateway.get("advertised"), "nodes": len(found["nodes"])}
+    model = task.load_agent_config(input_dir)["model_name"]
+    return cluster_checks.preflight(address, placement.demand(per_node, nnodes), model, output_dir, args.gateway_host)
 
 
 # --------------------------------------------------------------------------- the job

@@ -218,7 +218,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
     env_vars = {} if rehearse else verl_config.ppo_runtime_env_vars()
-    env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
+    # Ray wants strings; a Hydra override (`...env_vars.X=0.2`) or config.json number is not one.
+    env_vars.update({k: v if isinstance(v, str) else json.dumps(v) if isinstance(v, (bool, type(None))) else str(v)
+                     for k, v in (_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}).items()})
     env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)
                      if name in os.environ})
     if os.environ.get(run_dir.RUN_DIR_ENV):  # with the id: what a node's sweep proves a process by

@@ -131,12 +131,16 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     gateway = st["services"]["gateway"]
     listening = [c for c in psutil.Process(gateway["pid"]).net_connections("inet") if c.status == psutil.CONN_LISTEN]
     assert {c.laddr.ip for c in listening} == {NODE_IP}
-    for path in ("/api/models", "/api/rollouts", "/v1/models"):
+    # One route of each router Agent Lightning's app mounts: store, events, models, model proxy, its management.
+    routes = [("GET", "/api/rollouts"), ("GET", "/api/rollouts/x/events"), ("DELETE", "/api/models"),
+              ("POST", "/proxy/rollout/r/attempt/a/mode/train/openai/v1/chat/completions"), ("GET", "/proxy/state")]
+    for method, path in routes:
         with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(gateway["url"] + path, timeout=5)
-        assert err.value.code == 401, path
+            urllib.request.urlopen(urllib.request.Request(gateway["url"] + path, method=method, data=b"{}"
+                                                          if method == "POST" else None), timeout=5)
+        assert err.value.code == 401, (method, path)
     key = psutil.Process(gateway["pid"]).environ()["ARL_AGL_KEY"]
-    req = urllib.request.Request(gateway["url"] + "/api/models", headers={"Authorization": f"Bearer {key}"})
+    req = urllib.request.Request(gateway["url"] + "/proxy/state", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 200
     carriers = procs.find_run_processes(run_id)

@@ -89,6 +89,7 @@ STATUS_FIELDS = {
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
     "ray_address": "the existing Ray cluster the run joined (null: its own Ray on this host)",
+    "ray_python": "with ray_address: the Python the job joined it with (a Ray driver must match the cluster's)",
     "exit_code": "the job's exit code",
     "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
                         "disk | output_dir | job",

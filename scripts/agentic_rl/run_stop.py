@@ -151,7 +151,7 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
     report["leftovers"], report["gpu_leftovers"] = describe(left), gpus
     address = state["record"].get("ray_address")
     if address:
-        report["nodes"] = cluster_leftovers(output_dir, address, run_id, force)
+        report["nodes"] = cluster_leftovers(output_dir, address, run_id, force, state["record"].get("ray_python"))
         on_nodes = {node: pids for node, pids in report["nodes"].items() if pids}
         if on_nodes:
             report.update(message=f"run {run_id} is not fully gone on the Ray cluster at {address}: "
@@ -189,7 +189,7 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
     return report
 
 
-def cluster_leftovers(output_dir: Path, address: str, run_id: str, force: bool) -> dict:
+def cluster_leftovers(output_dir: Path, address: str, run_id: str, force: bool, python: str | None = None) -> dict:
     """{node: [pids of the run left there]} on the joined cluster: what the job's own sweep recorded at its end,
     or (--force, or a job that died before it could) a sweep from here: every node stops what carries the run id."""
     recorded = (run_dir.read_status(output_dir) or {}).get("leftovers_by_node")
@@ -198,7 +198,8 @@ def cluster_leftovers(output_dir: Path, address: str, run_id: str, force: bool) 
     from agentic_rl.edge import ray_cluster
 
     try:
-        return ray_cluster.sweep_run(address, run_id, [os.getpid()])
+        return ray_cluster.sweep_run(address, run_id, [os.getpid()], python=python if python and Path(python).exists()
+                                     else None)
     except UserError as exc:
         return {f"the Ray cluster at {address}": f"not reached: {exc.message}"}
 

@@ -352,7 +352,8 @@ class Run:
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
         self.joins_ray = plan.joins_ray
-        self.status(ray_started_by_run=self.ray_started, ray_address=plan.joins_ray)
+        self.status(ray_started_by_run=self.ray_started, ray_address=plan.joins_ray,
+                    **({"ray_python": sys.executable} if plan.joins_ray else {}))
         collector = self.sample_collector(cfg, plan)
         try:
             in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
@@ -432,9 +433,20 @@ def in_helper_thread(fn, *args) -> None:
 
     threading.Thread(target=target, name="trainer", daemon=True).start()
     while not done.wait(0.5):
-        pass
+        reclaim_signals()
     if failure:
         raise failure[0]
+
+
+def reclaim_signals() -> None:
+    """Put our SIGTERM/SIGINT/SIGUSR1 handlers back (main thread only). A driver that joins an existing
+    Ray cluster gets absl's failure signal handler installed over SIGTERM by Ray's core worker: a stop
+    then killed the job on the spot (`*** SIGTERM received ***`), its status left `running` and its
+    gateway alive. Re-installing the Python handler keeps a stop going through shutdown in order."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
 
 
 def build_parser() -> cli.ArgumentParser:

@@ -200,7 +200,7 @@ def reachable(host: str, port: int, timeout: float = 3.0) -> tuple[bool, str | N
         return False, exc.strerror or str(exc)
 
 
-def _child(address: str, call: str, arg: dict | None, timeout: float) -> dict:
+def _child(address: str, call: str, arg: dict | None, timeout: float, python: str | None = None) -> dict:
     """call(address, arg) of this module in a child Python with a deadline: ray.init retries a GCS it
     cannot reach for ever, and a hung driver must not hang a gate. The child carries no run marker."""
     if importlib.util.find_spec("ray") is None:
@@ -212,7 +212,7 @@ def _child(address: str, call: str, arg: dict | None, timeout: float) -> dict:
             f"print(json.dumps(ray_cluster.{call}(sys.argv[1], json.loads(sys.argv[2]))))")
     env = {k: v for k, v in os.environ.items() if k not in _RUN_MARKERS}
     try:
-        proc = subprocess.run([sys.executable, "-c", code, address, json.dumps(arg)], capture_output=True, text=True,
+        proc = subprocess.run([python or sys.executable, "-c", code, address, json.dumps(arg)], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
         raise UserError(f"the Ray cluster at {address} did not answer within {timeout:g} s",
@@ -259,9 +259,11 @@ def node_sweep(run_id: str, exclude_pids: list[int]) -> dict:
     return {"hostname": platform.node(), "left": procs.kill_run(run_id, exclude_pids=exclude_pids)}
 
 
-def sweep_run(address: str, run_id: str, exclude_pids: list[int], timeout: float = 120.0) -> dict:
-    """{node label: [pids left]} after every node of the cluster stopped the run's processes there."""
-    out = _child(address, "_sweep_here", {"run_id": run_id, "exclude_pids": exclude_pids}, timeout)
+def sweep_run(address: str, run_id: str, exclude_pids: list[int], timeout: float = 120.0,
+              python: str | None = None) -> dict:
+    """{node label: [pids left]} after every node of the cluster stopped the run's processes there.
+    python: the interpreter to drive Ray with (the cluster's Python; default this one)."""
+    out = _child(address, "_sweep_here", {"run_id": run_id, "exclude_pids": exclude_pids}, timeout, python)
     labels = {n["node_id"]: node_label(n) for n in out["nodes"]}
     return {labels.get(node_id, node_id): (res.get("left") if "left" in res else res)
             for node_id, res in out["left"].items()}

@@ -233,6 +233,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
         _set(cfg, "trainer.resume_mode", mode)
+    cpu = apply_cpu_mode(cfg, run, len(train_rows), joins := os.environ.get("RAY_ADDRESS")
+                         or _get(cfg, "ray_kwargs.ray_init.address")) if getattr(run, "cpu_steps", None) else None
     n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
     # VERL's dataloader yields data.gen_batch_size rows per step when given (drop_last), else train_batch_size.
@@ -254,6 +256,12 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     if agent.get("agent_class"):
         agent_env["ARL_AGENT_CLASS"] = agent["agent_class"]
     joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
+    if cpu is not None:
+        from agentic_rl.edge import cpu_train
+
+        stale = cpu_train.check()
+        if stale:
+            raise Failure("trainer", f"CPU training cannot stand in for this VERL: {stale[0]}", cli.EXIT_ENV)
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)
         if errors:
@@ -262,7 +270,24 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     return Plan(cfg, model, tuning, agent_env, metrics_file, joins or None, resumed_from, info,
                 {"attempt": attempt, "metrics_file": str(metrics_file), "resumed_from_step": resumed_from,
                  "total_training_steps": steps, "steps_per_epoch": plan_steps["steps_per_epoch"],
-                 "verl_defaults_merged": bool(info.get("verl_defaults_merged"))})
+                 "verl_defaults_merged": bool(info.get("verl_defaults_merged")),
+                 **({"cpu": cpu} if cpu is not None else {})})
+
+
+def apply_cpu_mode(cfg: Any, run: Any, train_rows: int, joins: str | None) -> dict:
+    """--cpu-steps N: set what cpu_mode plans (only what must shrink for a CPU, and the stand-ins'
+    hook); returns the status record {steps, ranks, changed: [{key, from, to}]}."""
+    from agentic_rl import cpu_mode
+
+    ranks = 1
+    if joins:  # a joined cluster keeps its ranks: one CPU process per logical GPU
+        ranks = int(_get(cfg, "trainer.nnodes", 1) or 1) * int(_get(cfg, "trainer.n_gpus_per_node", 1) or 1)
+    get = lambda key, default=None: _get(cfg, key, default)  # noqa: E731
+    want = cpu_mode.plan_changes(get, run.cpu_steps, train_rows, os.cpu_count() or 1, ranks)
+    changed = cpu_mode.changes(get, want)
+    for change in changed:
+        _set(cfg, change["key"], change["to"])
+    return {"steps": run.cpu_steps, "ranks": ranks, "changed": changed}
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:

@@ -85,6 +85,8 @@ STATUS_FIELDS = {
     "total_training_steps": "the steps VERL will train (null in a rehearsal)",
     "steps_per_epoch": "train dataloader batches per epoch",
     "verl_defaults_merged": "whether VERL's own defaults were found and merged into the config",
+    "cpu": "CPU training (--cpu-steps N): {steps, ranks, changed: [{key, from, to}]}, every config key the CPU "
+           "run changed; absent on a GPU run",
     "services": "gateway and controller: pid, url, log",
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",

@@ -6,21 +6,19 @@ share of digits in the answer) so GRPO's advantages are not all zero. Everything
 and VERL's own: gateway, controller, bundled agent, judge, run_ppo, Ray, the FSDP engine, GRPO,
 the checkpoint engine, checkpoints; only the GPU-only parts are the stand-ins of edge/cpu_train.py.
 
-A test module takes the run with the module-scoped fixture:
-
-    from cpu_run import cpu_run, verl_venv  # noqa: F401  (fixtures)
+Any test module takes it with conftest's module-scoped fixture `cpu_run` (one run per module that
+asks for it; `verl_venv` skips where .venv-verl is missing):
 
     def test_x(cpu_run):
         assert cpu_run.status["status"] == "completed"
 
-RUN.resume(extra) continues the same folder with --resume (after the tests that need the first
-run's state: a module orders them).
+cpu_run.run("--resume", "--cpu-steps", "3") continues the same folder (after the tests that need the
+first run's state: a module orders them).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import pytest
 from agentic_rl import run_dir
 from agentic_rl.edge import procs
 from conftest import ROOT, run_script
@@ -55,13 +52,6 @@ def verl_venv_problem() -> str | None:
                             "print(all(u.find_spec(m) for m in ('verl', 'agentlightning', 'ray', 'einops')))"],
                            capture_output=True, text=True, timeout=60)
     return None if probe.stdout.strip() == "True" else ".venv-verl lacks verl/agentlightning/einops (make verl-venv)"
-
-
-@pytest.fixture(scope="module")
-def verl_venv():
-    why = verl_venv_problem()
-    if why:
-        pytest.skip(why)
 
 
 def make_task(root: Path) -> Path:
@@ -171,16 +161,9 @@ def new_run(steps: int = 2) -> CpuRun:
            "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs")}
     env.pop("PYTHON", None)
     run = CpuRun(root, make_task(root), root / "out", models, env)
-    run.run("--cpu-steps", str(steps))
+    try:
+        run.run("--cpu-steps", str(steps))
+    except BaseException:
+        run.cleanup()  # a failed start leaves no process and no folder behind either
+        raise
     return run
-
-
-@pytest.fixture(scope="module")
-def cpu_run(verl_venv):
-    """The shared 2-step CPU run; afterwards nothing of it may be left."""
-    for name in ("PYTHON", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "EVO_RUN_ID"):
-        os.environ.pop(name, None)
-    run = new_run()
-    yield run
-    left = run.cleanup()
-    assert not any(left.values()), f"processes left behind: {left}"

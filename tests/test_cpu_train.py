@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from agentic_rl import cpu_mode, run_dir
 from agentic_rl.edge import cpu_train
-from cpu_run import VERL_PY, cpu_run, verl_venv  # noqa: F401  (fixtures)
+from cpu_run import VERL_PY
 
 TESTS = Path(__file__).resolve().parent
 STEP_METRICS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean", "timing_s/step")

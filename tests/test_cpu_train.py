@@ -117,6 +117,47 @@ def test_cpu_steps_refuses_gpus_and_rehearse(tmp_path):
         assert proc.stderr.startswith("Error: --cpu-steps") and "\nHint: " in proc.stderr
 
 
+def test_a_large_model_becomes_a_small_random_one_of_its_architecture_with_its_tokenizer(verl_venv, tmp_path):
+    from make_tiny_model import make_tiny_model
+
+    user = tmp_path / "user-model"
+    make_tiny_model(user)
+    config = json.loads((user / "config.json").read_text())
+    config.update(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=8,
+                  num_key_value_heads=2, rope_theta=12345.0)  # GQA, an odd rope: kept as the user's
+    (user / "config.json").write_text(json.dumps(config))
+    (user / "generation_config.json").write_text(json.dumps({"eos_token_id": 3, "temperature": 0.7}))
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from agentic_rl import cpu_model; "
+            "print(json.dumps([cpu_model.small_model(Path(sys.argv[2]), Path(sys.argv[3]), limit=int(sys.argv[4])) "
+            "for _ in range(2)]))")
+    args = [str(VERL_PY), "-c", code, str(TESTS.parent / "scripts"), str(user), str(tmp_path / "out")]
+    proc = subprocess.run([*args, "1000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, again = json.loads(proc.stdout.strip().splitlines()[-1])
+    small = tmp_path / "out" / run_dir.CPU_MODEL_DIR
+    assert first["replaced"] and first["path"] == str(small) and again == first  # built once, then reused
+    built = json.loads((small / "config.json").read_text())
+    assert built["architectures"] == ["Qwen2ForCausalLM"] and built["model_type"] == "qwen2"
+    assert (built["num_hidden_layers"], built["hidden_size"], built["num_attention_heads"]) == (2, 64, 4)
+    assert built["num_key_value_heads"] == 2 and built["rope_theta"] == 12345.0
+    assert built["vocab_size"] == config["vocab_size"]
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (small / name).read_bytes() == (user / name).read_bytes(), name  # the user's own, byte for byte
+    assert "chat_template" in json.loads((small / "tokenizer_config.json").read_text())
+    assert first["parameters"] > 0 and first["from_parameters"] == 22752  # counted from the user's weights
+    proc = subprocess.run([*args, str(cpu_model_limit())], capture_output=True, text=True, timeout=300)
+    kept = json.loads(proc.stdout.strip().splitlines()[-1])[0]
+    assert kept == {"path": str(user), "replaced": False, "parameters": kept["from_parameters"],
+                    "from_parameters": kept["parameters"]}  # under 50M: used as it is
+
+
+def cpu_model_limit() -> int:
+    from agentic_rl import cpu_model
+
+    return cpu_model.SMALL_MODEL_PARAMS
+
+
 # --------------------------------------------------------------------------- one real run (slow)
 
 

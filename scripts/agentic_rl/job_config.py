@@ -277,17 +277,20 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
 def apply_cpu_mode(cfg: Any, run: Any, train_rows: int, joins: str | None) -> dict:
     """--cpu-steps N: set what cpu_mode plans (only what must shrink for a CPU, and the stand-ins'
     hook); returns the status record {steps, ranks, changed: [{key, from, to}]}."""
-    from agentic_rl import cpu_mode
+    from agentic_rl import cpu_mode, cpu_model
 
+    model = cpu_model.small_model(Path(_get(cfg, "actor_rollout_ref.model.path")), run.output_dir)
     ranks = 1
     if joins:  # a joined cluster keeps its ranks: one CPU process per logical GPU
         ranks = int(_get(cfg, "trainer.nnodes", 1) or 1) * int(_get(cfg, "trainer.n_gpus_per_node", 1) or 1)
     get = lambda key, default=None: _get(cfg, key, default)  # noqa: E731
     want = cpu_mode.plan_changes(get, run.cpu_steps, train_rows, os.cpu_count() or 1, ranks)
+    if model["replaced"]:  # a small random model of the same architecture, with the user's tokenizer
+        want = {"actor_rollout_ref.model.path": model["path"], **want}
     changed = cpu_mode.changes(get, want)
     for change in changed:
         _set(cfg, change["key"], change["to"])
-    return {"steps": run.cpu_steps, "ranks": ranks, "changed": changed}
+    return {"steps": run.cpu_steps, "ranks": ranks, "model": model, "changed": changed}
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:

@@ -93,8 +93,9 @@ class CpuRun:
         return run_script("start_training.sh", "--input-dir", str(self.task), "--output-dir", str(self.out), *extra,
                           "--", *TEST_OVERRIDES, *overrides, env=self.env, timeout=180)
 
-    def run(self, *extra: str, overrides: tuple[str, ...] = ()) -> dict:
-        """Start, wait for the final status and the job's exit; the final status."""
+    def run(self, *extra: str, overrides: tuple[str, ...] = (), watch=None) -> dict:
+        """Start, wait for the final status and the job's exit; the final status. watch(status) is
+        called at every poll (bench/cpu_train_bench.py samples the run's memory there)."""
         began = time.monotonic()
         self.started = self.start(*extra, overrides=overrides)
         assert self.started.returncode == 0, self.started.stdout + self.started.stderr
@@ -105,6 +106,8 @@ class CpuRun:
         def ended() -> dict | None:
             s = run_dir.read_status(self.out) or {}
             self._read_key(s)
+            if watch is not None:
+                watch(s)
             return s if s.get("end_time") and s.get("pid") == pid else None
 
         self.status = wait_for(ended, "the final status", self.out, RUN_TIMEOUT_S)
@@ -151,7 +154,7 @@ def wait_for(predicate, what: str, out: Path, timeout: float):
     raise AssertionError(f"timed out waiting for {what}; status {run_dir.read_status(out)}; log:\n{log}")
 
 
-def new_run(steps: int = 2) -> CpuRun:
+def new_run(steps: int = 2, watch=None) -> CpuRun:
     """Build the task and run `start_training.sh --cpu-steps STEPS` to its end."""
     root = Path(tempfile.mkdtemp(prefix="arl-cpu-"))
     models = root / "models"
@@ -162,7 +165,7 @@ def new_run(steps: int = 2) -> CpuRun:
     env.pop("PYTHON", None)
     run = CpuRun(root, make_task(root), root / "out", models, env)
     try:
-        run.run("--cpu-steps", str(steps))
+        run.run("--cpu-steps", str(steps), watch=watch)
     except BaseException:
         run.cleanup()  # a failed start leaves no process and no folder behind either
         raise

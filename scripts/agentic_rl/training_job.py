@@ -356,8 +356,11 @@ class Run:
         try:
             in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
         except Exception as exc:
-            raise Failure("trainer", job_config.classify_failure(
-                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
+            text = f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"
+            reason, late = job_config.classify_failure(text), job_config.late_config_error(text)
+            if late:  # name the component and the config key behind it, as the preflight would
+                raise Failure(late[0], f"{late[1]}: {reason} ({late[2]})"[:500]) from None
+            raise Failure("trainer", reason) from None
         finally:
             collector.stop()  # reads the last rollouts while the gateway is still up
         if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):

@@ -10,7 +10,9 @@ runs under .venv-verl with --ray-address, trainer.nnodes=2, trainer.n_gpus_per_n
   run_ppo, the gateway listened where the nodes reach it and demanded the key, every node's sweep
   found nothing left;
 - a second run is stopped mid-training: stop_training.py reports per node, nothing of the run is
-  left on either raylet, and the cluster itself lives on.
+  left on either raylet, and the cluster itself lives on;
+- `--cpu-steps 1`: VERL's real PPO loop (edge/cpu_train.py's stand-ins, FSDP2 on gloo) with world
+  size 2, one rank on each raylet: one real step, a checkpoint holding both ranks' shards, completed.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def cluster():
     # The code of the fake must be on every node, as the bundle's Python packages are on a real cluster.
     nodes = Cluster(VERL_PY.with_name("ray"), env={"PYTHONPATH": str(TESTS)})
     try:
-        nodes.head(gpus=1, cpus=4)
+        nodes.head(gpus=1, cpus=5)  # a placement group's 3, the TaskRunner's 1, the CPU rollout server's 1
         nodes.worker("worker-1", gpus=1, cpus=3)
         yield nodes
     finally:
@@ -154,3 +156,25 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     raylets = [p for p in cluster.processes() if p.name() == "raylet"]
     assert len(raylets) == 2, "the cluster lives on: a stop touches only the run's processes"
     assert no_probe_files(out)
+
+
+def test_two_nodes_one_real_ppo_step_on_cpu_with_both_ranks_shards(cluster, tmp_path, run_ids):
+    """World size 2 across the two raylets on gloo: VERL's FSDP2 actor, a real GRPO step, a checkpoint."""
+    from cpu_run import make_task as cpu_task
+
+    make_tiny_model(tmp_path / "models" / "tiny")
+    task, out = cpu_task(tmp_path), tmp_path / "out"
+    env = {**CLUSTER_ENV, "PYTHON": str(VERL_PY), "ARL_START_WAIT_S": "1"}
+    proc = run_script("start_training.sh", "--input-dir", str(task), "--output-dir", str(out), "--ray-address",
+                      cluster.address, "--cpu-steps", "1", "--", "trainer.nnodes=2", "trainer.n_gpus_per_node=1",
+                      env=env, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_ids.append(status(out)["run_id"])
+    st = wait_for(lambda: (s := status(out)).get("end_time") and s, "the final status", out, 1200)
+    log = (out / "training.log").read_text(errors="replace")
+    assert st["status"] == "completed", (st, log[-6000:])
+    assert st["cpu"]["ranks"] == 2 and st["ray_address"] == cluster.address
+    actor = out / "checkpoints" / "global_step_1" / "actor"
+    shards = sorted(p.name for p in actor.glob("model_world_size_2_rank_*.pt"))
+    assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"], sorted(os.listdir(actor))
+    assert all(v == [] for v in st["leftovers_by_node"].values()), st["leftovers_by_node"]

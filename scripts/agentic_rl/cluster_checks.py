@@ -162,21 +162,23 @@ def check_flags(address: str | None, where: str, gateway_host: str | None, rehea
                         f"--ray-address {address}", EXIT_USAGE)
 
 
-def preflight(address: str, need: dict, model_name: str, output_dir: Path, gateway_host: str | None) -> dict:
+def preflight(address: str, need: dict, model_name: str, output_dir: Path, gateway_host: str | None,
+              python: str | None = None, gpus: bool = True) -> dict:
     """The one preflight over the cluster before anything of a run starts: every node probed
-    (ray_cluster.probe_cluster), every failed finding printed, exit 1 / 3; else the gateway's
-    addresses (bind, advertised) for the job."""
+    (ray_cluster.probe_cluster, driven by python: the trainer's, which must match the cluster's), every
+    failed finding printed, exit 1 / 3; else the gateway's addresses (bind, advertised) for the job.
+    gpus=False (a CPU run on the cluster's logical GPUs): no driver is needed."""
     from agentic_rl import model_files
     from agentic_rl.edge import ray_cluster
 
     model = model_files.resolve_model(model_name)
     spec = {"model_path": str(model) if model else model_name, "output_dir": str(output_dir),
             "gateway_host": gateway_host}
-    found = ray_cluster.probe_cluster(address, spec)
+    found = ray_cluster.probe_cluster(address, spec, python=python)
     gateway = found.get("gateway") or {}
     spec["gateway_shown"] = f"the gateway's address {gateway.get('advertised')}"
     findings = resource_findings(need, found["nodes"])
-    findings += environment_findings(found["nodes"], found.get("probes") or {}, spec)
+    findings += environment_findings(found["nodes"], found.get("probes") or {}, spec, train_on_gpus=gpus)
     refuse(address, findings, cli.print_error)
     if gateway.get("bind") in ("0.0.0.0", "::"):
         cli.print_warning(f"--gateway-host {gateway['bind']}: the gateway listens on every interface of this host; "

@@ -31,6 +31,7 @@ from agentic_rl import cli, files, gpu_select, run_dir, task
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GPU_KEY = "trainer.n_gpus_per_node"
+TRAINER_MODULES = ("verl", "agentlightning", "torch")
 START_WAIT_ENV = "ARL_START_WAIT_S"
 
 DESCRIPTION = """\
@@ -61,7 +62,7 @@ processes, or processes of a run whose folder was deleted at this path) holds th
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--rehearse [--model-endpoint URL] "
+                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL] "
                                  "[--sample N]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -71,6 +72,9 @@ def build_parser() -> cli.ArgumentParser:
                    "(N = trainer.n_gpus_per_node, as check_gpu.py picks them). Exported as CUDA_VISIBLE_DEVICES.")
     p.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto); "
                    "refused without one")
+    p.add_argument("--cpu-steps", metavar="N", help="train N real steps (PPO/GRPO through VERL) on CPU, with a small "
+                   "model of the same architecture and batches cut to fit: the check before booking GPUs. Needs the "
+                   "trainer's Python (.venv with the GPU stack, else .venv-verl: make verl-venv)")
     p.add_argument("--rehearse", action="store_true", help="CPU rehearsal of the whole launch path: an oracle "
                    "model, no VERL, no GPU")
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
@@ -92,6 +96,11 @@ def check_args(args) -> None:
         raise UserError(f"--gpus {args.gpus} is not a list of GPU indices", "write e.g. --gpus 0,1", EXIT_USAGE)
     if args.sample is not None and not args.sample.isdigit():
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
+    if args.cpu_steps is not None and not (args.cpu_steps.isdigit() and int(args.cpu_steps) >= 1):
+        raise UserError(f"--cpu-steps {args.cpu_steps} is not a number of steps", "write e.g. --cpu-steps 2", EXIT_USAGE)
+    if args.cpu_steps is not None and (args.rehearse or args.gpus is not None):
+        raise UserError("--cpu-steps trains on CPU: it takes neither --gpus nor --rehearse",
+                        "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
     if not args.rehearse and (args.model_endpoint or args.sample is not None):
         raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
     from agentic_rl import cluster_checks
@@ -264,7 +273,8 @@ def check_driver() -> dict:
     return driver
 
 
-def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path) -> dict:
+def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path,
+                  python: str | None = None) -> dict:
     """cluster_checks.preflight for this start: exit 1 / 3 before anything starts, else the gateway's addresses."""
     from agentic_rl import cluster_checks, placement
 
@@ -273,15 +283,29 @@ def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir
     except (TypeError, ValueError):
         raise UserError(f"{GPU_KEY} and trainer.nnodes must be integers", "fix config.json or the overrides") from None
     model = task.load_agent_config(input_dir)["model_name"]
-    return cluster_checks.preflight(address, placement.demand(per_node, nnodes), model, output_dir, args.gateway_host)
+    return cluster_checks.preflight(address, placement.demand(per_node, nnodes), model, output_dir, args.gateway_host,
+                                    python, gpus=args.cpu_steps is None)
 
 
 # --------------------------------------------------------------------------- the job
 
 
+def trainer_python() -> str:
+    """The Python that has the trainer (verl, agentlightning, torch): $ARL_TRAIN_PYTHON, this one, the
+    bundle's .venv (with the GPU stack), else .venv-verl (CPU torch). Exit 3 naming how to get one."""
+    from agentic_rl.edge import verl_merge
+
+    python, how = verl_merge.find_train_python(TRAINER_MODULES)
+    if python is None:
+        raise UserError(f"--cpu-steps needs a Python with VERL and Agent Lightning: {how}",
+                        f"run `make verl-venv` in {cli.BUNDLE_DIR} (Python 3.11, CPU torch, verl 0.8.0, agentlightning "
+                        "1.0.2), or `make install-train` on a GPU machine; or set ARL_TRAIN_PYTHON", EXIT_ENV)
+    return python
+
+
 def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list[int] | None,
-                overrides: list[str], cluster: dict | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
+                overrides: list[str], python: str | None = None, cluster: dict | None = None) -> list[str]:
+    cmd = [python or sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
            "--output-dir", str(output_dir), "--run-id", run_id]
     if cluster:
         cmd += ["--ray-address", cluster["address"], "--gateway-host", cluster["bind"],
@@ -291,6 +315,8 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     if gpus:
         cmd += ["--gpus", ",".join(map(str, gpus))]
     cmd += ["--resume"] * args.resume + ["--rehearse"] * args.rehearse
+    if args.cpu_steps is not None:
+        cmd += ["--cpu-steps", args.cpu_steps]
     if args.model_endpoint:
         cmd += ["--model-endpoint", args.model_endpoint]
     if args.sample is not None:
@@ -353,26 +379,28 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     if args.resume:
         check_resume(output_dir, cfg, overrides, source)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+    python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None
     if address and not args.rehearse:
-        cluster = {"address": address, **check_cluster(args, address, cfg, overrides, input_dir, output_dir)}
-    elif not args.rehearse and gpus is None:
+        cluster = {"address": address, **check_cluster(args, address, cfg, overrides, input_dir, output_dir, python)}
+    elif not args.rehearse and args.cpu_steps is None and gpus is None:
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
-    elif not args.rehearse:
+    elif not args.rehearse and args.cpu_steps is None:
         check_gpus_exist(gpus)
-    if not args.rehearse and not cluster:
+    if not args.rehearse and args.cpu_steps is None and not cluster:
         check_driver()
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
+    shown_mode = f"train on CPU, {args.cpu_steps} steps" if args.cpu_steps is not None else mode
     log_path = output_dir / run_dir.LOG_FILE
     os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))  # 0600: the job's output may quote secrets
     os.chmod(log_path, 0o600)
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {mode}, "
+        log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {shown_mode}, "
                   f"GPUs {','.join(map(str, gpus)) if gpus else 'none'} ===\n")
     hold_read, hold_write = os.pipe()
     try:
-        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, cluster),
+        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, python, cluster),
                          job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
                          log_path, lock_fd, hold_read)
     finally:
@@ -398,10 +426,29 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                         f"last lines of {log_path}:\n{tail.rstrip()}",
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
-    print_started(run_id, proc.pid, mode, gpus, output_dir, address if cluster else None)
+    print_started(run_id, proc.pid, shown_mode, gpus, output_dir, address if cluster else None)
+    if args.cpu_steps is not None:
+        print(cpu_changes_text(output_dir))
     if args.rehearse:
         print(rehearsal_cost(args, input_dir, cfg, overrides)["text"])
     return EXIT_OK
+
+
+def cpu_changes_text(output_dir: Path, wait_s: float = 60.0) -> str:
+    """The keys a CPU run changed, as the job recorded them (it composes the config in its first seconds)."""
+    from agentic_rl import cpu_mode
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = run_dir.read_status(output_dir) or {}
+        if "cpu" in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    cpu = st.get("cpu")
+    if not cpu:
+        return "changed for the CPU: not recorded yet (see training.status, field cpu)"
+    return f"changed for the CPU ({len(cpu['changed'])} keys; all else is your config):\n" + \
+        cpu_mode.describe(cpu["changed"])
 
 
 def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> dict:

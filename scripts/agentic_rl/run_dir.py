@@ -49,6 +49,7 @@ JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
 EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
+CPU_MODEL_DIR = "cpu_model"  # CPU training: the small model of the user's architecture (cpu_model.py)
 COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
 RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end
 RESERVE_BYTES = 128 * 1024
@@ -85,6 +86,8 @@ STATUS_FIELDS = {
     "total_training_steps": "the steps VERL will train (null in a rehearsal)",
     "steps_per_epoch": "train dataloader batches per epoch",
     "verl_defaults_merged": "whether VERL's own defaults were found and merged into the config",
+    "cpu": "CPU training (--cpu-steps N): {steps, ranks, model: {path, replaced, parameters, from_parameters}, "
+           "changed: [{key, from, to}]}, every config key the CPU run changed; absent on a GPU run",
     "services": "gateway and controller: pid, url, log",
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",

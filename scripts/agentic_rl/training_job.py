@@ -2,7 +2,7 @@
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
 Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
+               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
@@ -127,6 +127,7 @@ class Run:
         os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
         os.environ[run_dir.RUN_DIR_ENV] = str(self.output_dir)  # ... and its folder: found even without a record
         self.mode = "rehearse" if args.rehearse else "train"
+        self.cpu_steps = args.cpu_steps  # CPU training: N real steps with the stand-ins (cpu_mode.py)
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
         if args.ray_address:
             os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
@@ -270,8 +271,13 @@ class Run:
         plan = job_config.build(self, train_rows, test_rows)
         cfg = plan.cfg
         self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
-        log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
-            f"model {plan.model}")
+        log(f"run {self.run_id}: {self.mode} mode{' on CPU' if self.cpu_steps else ''}, {len(train_rows)} train / "
+            f"{len(test_rows)} test rows, model {plan.model}")
+        if self.cpu_steps:
+            from agentic_rl import cpu_mode
+
+            log(f"CPU training, {self.cpu_steps} steps; changed for the CPU:\n"
+                f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         if self.mode == "train":
@@ -358,8 +364,11 @@ class Run:
         try:
             in_helper_thread(run_ppo, cfg, job_config.wrap_rows(train_rows), job_config.wrap_rows(test_rows))
         except Exception as exc:
-            raise Failure("trainer", job_config.classify_failure(
-                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
+            text = f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"
+            reason, late = job_config.classify_failure(text), job_config.late_config_error(text)
+            if late:  # name the component and the config key behind it, as the preflight would
+                raise Failure(late[0], f"{late[1]}: {reason} ({late[2]})"[:500]) from None
+            raise Failure("trainer", reason) from None
         finally:
             collector.stop()  # reads the last rollouts while the gateway is still up
         if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
@@ -467,6 +476,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
+    parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
     cli.add_common_flags(parser, json_flag=False)
     return parser
 
@@ -481,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
                             cli.EXIT_USAGE)
         if args.model_endpoint and not args.rehearse:
             raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", cli.EXIT_USAGE)
+        if args.cpu_steps is not None and (args.cpu_steps < 1 or args.rehearse or args.gpus):
+            raise UserError("--cpu-steps needs N >= 1 and neither --rehearse nor --gpus", "e.g. --cpu-steps 2",
+                            cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run

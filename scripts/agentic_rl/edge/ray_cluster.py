@@ -230,10 +230,10 @@ def read_ray_nodes(address: str, timeout: float = 60.0) -> list[dict]:
     return _child(address, "_ray_nodes_here", None, timeout)["nodes"]
 
 
-def probe_cluster(address: str, spec: dict, timeout: float = 180.0) -> dict:
+def probe_cluster(address: str, spec: dict, timeout: float = 180.0, python: str | None = None) -> dict:
     """read_ray_nodes, plus each live node's node_probe under "probes" (by node id) and the gateway
     address that was tried. spec: {model_path, output_dir, gateway_host (None: this host's Ray address)}."""
-    return _child(address, "_ray_nodes_here", spec, timeout)
+    return _child(address, "_ray_nodes_here", spec, timeout, python)
 
 
 def _sweep_here(address: str, spec: dict) -> dict:

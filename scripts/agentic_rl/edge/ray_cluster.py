@@ -1,12 +1,17 @@
-"""The one module that talks to Ray: the per-node resource view of an existing cluster.
+"""The one module that talks to Ray: an existing cluster's nodes, what each says about itself, and
+the per-node sweep of a run's processes.
 
-`ray` is imported only in a child process that read_ray_nodes starts with a deadline, because
-ray.init retries an unreachable GCS for ever and a hung driver must not hang a gate.
+`ray` is imported only in a child process started with a deadline (and without the run's markers,
+so its Ray workers never count as the run's), because ray.init retries an unreachable GCS for ever
+and a hung driver must not hang a gate. Work on a node is a Ray task pinned there (0 CPUs), with
+this package shipped through Ray's py_modules: node_probe (versions, driver, model folder, a probe
+file in the output folder, a connection to the gateway's address) and node_sweep (procs.kill_run of
+the run id, nothing else).
 
 With `ray start --head --num-gpus=4` on 127.0.0.1:6379, read_ray_nodes("127.0.0.1:6379") gives
 
-    [{'node_id': '81c3074f...', 'address': '127.0.0.1', 'alive': True, 'gpus_total': 4.0,
-      'gpus_available': 4.0, 'cpus_total': 13.0, 'cpus_available': 13.0}]
+    [{'node_id': '81c3074f...', 'address': '127.0.0.1', 'name': '127.0.0.1', 'alive': True, 'head': True,
+      'driver_here': True, 'gpus_total': 4.0, 'gpus_available': 4.0, 'cpus_total': 13.0, 'cpus_available': 13.0}]
 
 and with nothing listening there it says so at once, without starting Ray:
 

@@ -52,11 +52,20 @@ def cluster():
         assert left == [], f"Ray processes left after the test: {left}"
 
 
+def gone(proc: psutil.Process) -> bool:
+    """Exited, or a zombie its parent (a raylet) has not reaped yet."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture
 def run_ids():
     ids: list[str] = []
     yield ids
-    left = {rid: [p.pid for p in procs.find_run_processes(rid)] for rid in ids}
+    left = {rid: [f"{p.pid} {procs.cmdline(p.pid)}" for p in procs.find_run_processes(rid) if not gone(p)]
+            for rid in ids}
     for rid in ids:
         procs.kill_run(rid)
     assert not any(left.values()), f"processes left behind: {left}"
@@ -152,7 +161,7 @@ def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(clus
     report = json.loads(stopped.stdout)["data"]
     assert len(report["nodes"]) == 2 and all(v == [] for v in report["nodes"].values()), report
     assert status(out)["status"] == "stopped" and procs.find_run_processes(run_id) == []
-    assert all(not p.is_running() for p in carriers)
+    assert all(gone(p) for p in carriers)
     raylets = [p for p in cluster.processes() if p.name() == "raylet"]
     assert len(raylets) == 2, "the cluster lives on: a stop touches only the run's processes"
     assert no_probe_files(out)

@@ -63,7 +63,7 @@ def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
                                  "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL] "
-                                 "[--sample N]] [-- HYDRA.OVERRIDES ...]")
+                                 "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
                    "empty value means the default); created with checkpoints/ and logs/")
@@ -80,6 +80,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
                    "instead of the oracle")
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
+    p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
+                   f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
                    "$RAY_ADDRESS): one preflight over its nodes first, and the address is handed to run_ppo, which "
                    "then never starts a private cluster. references/multi-node.md")
@@ -103,6 +105,10 @@ def check_args(args) -> None:
                         "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
     if not args.rehearse and (args.model_endpoint or args.sample is not None):
         raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
+    if args.write_filtered and not (args.rehearse and args.model_endpoint and int(args.sample or 0) > 0):
+        raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N (N > 0): it keeps the "
+                        "train rows whose rollouts by a real model got different rewards",
+                        "add --rehearse --model-endpoint URL --sample 64", EXIT_USAGE)
     from agentic_rl import cluster_checks
 
     cluster_checks.check_flags(ray_address(args), "--ray-address" if args.ray_address else "RAY_ADDRESS",
@@ -321,6 +327,7 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
         cmd += ["--model-endpoint", args.model_endpoint]
     if args.sample is not None:
         cmd += ["--sample", args.sample]
+    cmd += ["--write-filtered"] * args.write_filtered
     return cmd + (["--", *overrides] if overrides else [])
 
 

@@ -2,7 +2,7 @@
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
 Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL] [--sample N]] [-- HYDRA.OVERRIDES ...]
+               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL] [--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, job_config, rehearsal, run_dir, samples, task
+from agentic_rl import cli, job_config, learning_signal, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs
 
@@ -322,8 +322,14 @@ class Run:
                  "wall_s": round(time.monotonic() - started, 3)}
         rehearsal.add_agent_errors(out["results"], self.controller.log_path)
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
+        rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
+                                                         self.oracle is not None)
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
         try:
+            if self.args.write_filtered and rep["learning_signal"]["measured"]:
+                rep["learning_signal"]["filtered"] = learning_signal.write_filtered(
+                    self.input_dir / "train.jsonl", self.output_dir / run_dir.FILTERED_TRAIN_FILE,
+                    rep["learning_signal"], train_rows)
             rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
         except OSError as exc:
             if run_dir.is_disk_full(exc):
@@ -331,6 +337,7 @@ class Run:
             raise
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
+        log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
         problem = rehearsal.verdict(rep)  # a failed rollout, or one that ended without a reward
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
@@ -477,6 +484,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
     parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
+    parser.add_argument("--write-filtered", action="store_true",
+                        help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)
     return parser
 
@@ -496,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                             cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
+        if args.write_filtered and not (args.model_endpoint and args.sample):
+            raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N",
+                            "add --model-endpoint URL --sample 64", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
         wait_for_launch_record()
         run = Run(args, overrides)
@@ -507,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
             "pgid": os.getpgid(0)})
         return run.execute()
 
-    return cli.run_cli(body, parser, argv)
+    # The job's stdout is training.log: kept as written (check_status escapes it when it shows it).
+    return cli.run_cli(body, parser, argv, visible_output=False)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ def gone(proc: psutil.Process) -> bool:
         return True
 
 
+def gone_pid(pid: int) -> bool:
+    try:
+        return gone(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture
 def run_ids():
     ids: list[str] = []
@@ -180,6 +187,7 @@ def test_two_nodes_one_real_ppo_step_on_cpu_with_both_ranks_shards(cluster, tmp_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_ids.append(status(out)["run_id"])
     st = wait_for(lambda: (s := status(out)).get("end_time") and s, "the final status", out, 1200)
+    wait_for(lambda: gone_pid(st["pid"]), "the job to exit after its final status", out, 60)
     log = (out / "training.log").read_text(errors="replace")
     assert st["status"] == "completed", (st, log[-6000:])
     assert st["cpu"]["ranks"] == 2 and st["ray_address"] == cluster.address

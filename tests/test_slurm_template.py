@@ -112,7 +112,7 @@ def test_the_template_trains_on_a_one_node_slurm_allocation(slurm, tmp_path):
     out.mkdir()
     ray_tmp = Path(f"/tmp/arl-ray-slurm-{os.getpid()}")
     env = {**slurm, "BUNDLE": str(ROOT), "PYTHON": str(VERL_PY), "EVO_INPUT_DIR": str(task),
-           "EVO_OUTPUT_DIR": str(out), "ARL_GPUS_PER_NODE": "1", "ARL_RAY_TMPDIR": str(ray_tmp),
+           "EVO_OUTPUT_DIR": str(out), "ARL_GPUS_PER_NODE": "1", "ARL_CPUS_PER_NODE": "4", "ARL_RAY_TMPDIR": str(ray_tmp),
            "RAY_PORT": str(_free_port()), "PYTHONPATH": str(TESTS), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "ARL_FAKE_RECORD_DIR": str(tmp_path / "rec")}
     log = tmp_path / "job.out"

@@ -14,10 +14,12 @@ Example (4x H200, GPU 0 busy; this output was produced with the fake NVML of tes
     1      NVIDIA H200  GPU-00000001-0000-4000-8000-000000000001  0         0.5/140.4 GiB (0%)                            yes     yes
     2      NVIDIA H200  GPU-00000002-0000-4000-8000-000000000002  3         0.5/140.4 GiB (0%)                            yes
     3      NVIDIA H200  GPU-00000003-0000-4000-8000-000000000003  0         0.5/140.4 GiB (0%)                            yes     yes
+    driver 580.95.05 (CUDA 13.0); torch 2.11.0+cu130 built for CUDA 13.0 (needs >= 580)
     CUDA_VISIBLE_DEVICES=1,3
     $ eval "$(python scripts/check_gpu.py --required 2 --export)"   # runs: export CUDA_VISIBLE_DEVICES=1,3
 
-`selected` (and the export line) are physical NVML indices, in PCI bus order, whatever
+The driver line: a driver older than the installed torch's CUDA build needs is a warning here, and
+start_training.sh refuses to train on it (references/gpu-stack.md). `selected` (and the export line) are physical NVML indices, in PCI bus order, whatever
 CUDA_VISIBLE_DEVICES held before: the export line replaces that variable, it does not index into it.
 """
 
@@ -55,7 +57,18 @@ def render_local(data: dict) -> str:
         "selected": "yes" if r["index"] in data["selected"] else "", "why": "; ".join(r["reasons"] + r["notes"]),
     } for r in data["gpus"]]
     headers = ["gpu", "name", "uuid", "util %", "memory used/total", "processes", "free", "selected", "why not"]
-    return cli.render_table(table, list(table[0]) if table else None, headers)
+    return cli.render_table(table, list(table[0]) if table else None, headers) + "\n" + driver_line(data.get("driver"))
+
+
+def driver_line(driver: dict | None) -> str:
+    """'driver 580.95.05 (CUDA 13.0); torch 2.11.0 built for CUDA 13.0 (needs >= 580)'."""
+    if not driver:
+        return "driver: n/a"
+    line = f"driver {driver.get('driver_version') or 'n/a'} (CUDA {driver.get('cuda_version') or 'n/a'})"
+    if driver.get("torch"):
+        build = f"CUDA {driver['torch_cuda']} (needs >= {driver['driver_floor']})" if driver.get("torch_cuda") else "CPU"
+        line += f"; torch {driver['torch']} built for {build}"
+    return line
 
 
 # --------------------------------------------------------------------------- Ray cluster

@@ -122,6 +122,9 @@ def render(data: dict) -> str:
     gpu = data["gpu_memory"]
     rows.append({"item": "GPU memory", "value": gpu if isinstance(gpu, str) else f"{gpu['used_bytes'] / 2**30:.1f} GiB"})
     rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
+    if data.get("cpu"):
+        rows.append({"item": "CPU training", "value": f"{data['cpu']['steps']} steps, {len(data['cpu']['changed'])} "
+                     "config keys changed for the CPU (--json: cpu.changed)"})
     if data["resumed_from_step"] is not None:
         rows.append({"item": "resumed from", "value": f"step {data['resumed_from_step']}"})
     rows.append({"item": "judge errors", "value": str(data["judge_errors"])})

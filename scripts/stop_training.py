@@ -19,7 +19,10 @@ process that carries ARL_OUTPUT_DIR=O and holds O/training.lock (references/run-
 
 Then it checks that no process carries the run id and that no GPU process of the run is left
 (NVML, where present), reports leftovers by pid, and sets status `stopped` with `end_time`, or,
-after a main.py that had vanished, `failed` with detail `vanished`. A job stopped with SIGSTOP
+after a main.py that had vanished, `failed` with detail `vanished`. A run on a joined Ray cluster
+(start_training.sh --ray-address) is swept on every node too: the job does it as it ends, and
+--force (or a job that died first) does it from here, through a Ray task on each node that stops
+only what carries the run id; the report says per node what was left. A job stopped with SIGSTOP
 gets SIGCONT after the SIGTERM, so it can act on it.
 
     $ python scripts/stop_training.py --output-dir /tmp/out
@@ -51,6 +54,8 @@ def render(report: dict) -> str:
             lines.append(f"status: {report['status']}" + (f" ({report['detail']})" if report.get("detail") else ""))
     elif report["ok"]:
         lines.append(report["message"])
+    for node, left in (report.get("nodes") or {}).items():
+        lines.append(f"node {node}: " + ("nothing of the run left" if left == [] else f"left: {left}"))
     if report["leftovers"]:
         lines.append("left behind:\n" + cli.render_table(report["leftovers"], ["pid", "name", "cmdline"]))
     if report["gpu_leftovers"]:

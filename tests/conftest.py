@@ -138,3 +138,28 @@ def fake_nvml_env(reading: str = "nvml_h200_reading.json") -> dict:
     a training start with --gpus on this GPU-less machine."""
     path_env = os.pathsep.join(p for p in (str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")) if p)
     return {"PYTHONPATH": path_env, "ARL_TEST_NVML_READING": str(ROOT / "tests" / "fixtures" / reading)}
+
+
+@pytest.fixture(scope="module")
+def verl_venv():
+    """Skip where .venv-verl (VERL, Agent Lightning, CPU torch) is missing: `make verl-venv` builds it."""
+    from cpu_run import verl_venv_problem
+
+    why = verl_venv_problem()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(verl_venv):
+    """One real 2-step CPU training run (tests/cpu_run.py), shared by a module's tests; afterwards
+    nothing carrying its run ids may be left."""
+    from cpu_run import new_run
+
+    saved = {k: os.environ.pop(k) for k in ("PYTHON", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "EVO_RUN_ID")
+             if k in os.environ}
+    run = new_run()
+    yield run
+    os.environ.update(saved)
+    left = run.cleanup()
+    assert not any(left.values()), f"processes left behind: {left}"

@@ -59,8 +59,8 @@ class _Handle:
 
 
 class FakeNvml(types.ModuleType):
-    def __init__(self, gpus: list[FakeGpu], init_error: type | None = None, driver_version: str = "570.133.20",
-                 count_error: type | None = None):
+    def __init__(self, gpus: list[FakeGpu], init_error: type | None = None, driver_version: str = "580.95.05",
+                 count_error: type | None = None, cuda_driver_version: int | None = None):
         super().__init__("pynvml")
         for name in dir(real):  # the real exception classes and NVML_* constants
             if name.startswith(("NVMLError", "NVML_")):
@@ -71,6 +71,8 @@ class FakeNvml(types.ModuleType):
         self.init_error = init_error
         self.count_error = count_error
         self.driver_version = driver_version
+        # What NVML reports as the newest CUDA the driver runs (13000 = 13.0); by default the one its branch ships.
+        self.cuda_driver_version = cuda_driver_version or cuda_of_driver(driver_version)
         self.init_count = 0
         self.calls: list[str] = []
 
@@ -103,6 +105,12 @@ class FakeNvml(types.ModuleType):
     def nvmlSystemGetDriverVersion(self) -> str:
         self._need_init()
         return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._need_init()
+        return self.cuda_driver_version
+
+    nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
 
     def nvmlDeviceGetCount(self) -> int:
         self.calls.append("nvmlDeviceGetCount")
@@ -154,6 +162,16 @@ class FakeNvml(types.ModuleType):
         return out
 
 
+# Driver branch -> the CUDA version NVML reports for it (nvidia-smi's "CUDA Version"), per NVIDIA's release notes.
+_BRANCH_CUDA = ((580, 13000), (575, 12090), (570, 12080), (560, 12060), (550, 12040), (535, 12020), (525, 12000),
+                (470, 11040))
+
+
+def cuda_of_driver(driver_version: str) -> int:
+    branch = int(driver_version.split(".")[0])
+    return next((cuda for floor, cuda in _BRANCH_CUDA if branch >= floor), 11000)
+
+
 def install(monkeypatch, fake: types.ModuleType) -> types.ModuleType:
     """Make `import pynvml` (inside nvml's functions) return the fake."""
     monkeypatch.setitem(sys.modules, "pynvml", fake)
@@ -172,7 +190,8 @@ def from_reading(reading: dict) -> FakeNvml:
             memory_used=mem["used"], utilization=util["gpu"], memory_utilization=util["memory"],
             processes=[(p["pid"], p["usedGpuMemory"]) for p in dev.get("nvmlDeviceGetComputeRunningProcesses", [])],
             errors=errors))
-    return FakeNvml(gpus, driver_version=reading.get("driver_version", "unknown"))
+    return FakeNvml(gpus, driver_version=reading.get("driver_version", "unknown"),
+                    cuda_driver_version=reading.get("cuda_driver_version"))
 
 
 def load_reading(name: str = "nvml_h200_reading.json") -> dict:
@@ -207,7 +226,8 @@ def dump_reading() -> dict:
                 dev[fn] = value
             devices.append(dev)
         return {"_source": "measured with tests/fake_nvml.py --dump", "driver_version":
-                real.nvmlSystemGetDriverVersion(), "device_count": len(devices), "devices": devices}
+                real.nvmlSystemGetDriverVersion(), "cuda_driver_version": real.nvmlSystemGetCudaDriverVersion_v2(),
+                "device_count": len(devices), "devices": devices}
     finally:
         real.nvmlShutdown()
 

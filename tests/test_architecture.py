@@ -25,8 +25,9 @@ EDGE = PACKAGE / "edge"
 TESTS = ROOT / "tests"
 
 # The outside worlds and the one edge module that may reach each.
-OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": "agl", "hydra": "verl_config",
-           "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge"), "ray": ("ray_cluster", "verl_config")}
+OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": ("agl", "cpu_train"), "hydra": "verl_config",
+           "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge", "cpu_train", "cpu_rollout"),
+           "ray": ("ray_cluster", "verl_config", "cpu_rollout")}
 SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs sends signals
 
 

@@ -31,6 +31,8 @@ MODEL = "tiny-qwen2"
 EXPECTED = [
     (r"^make ", None, None),  # builds the environment this test runs in (and `make test` runs this test)
     (r"check_gpu\.py", 3, "Exit 3: no NVIDIA driver or NVML on this host"),  # no GPU here
+    # A real CPU training run takes minutes: tests/test_cpu_train.py runs it (one shared run).
+    (r"start_training\.sh .*--cpu-steps", None, None),
     (r"start_training\.sh .*--resume", 1, "`--resume` found no checkpoint"),  # refused before the GPU check
     (r"start_training\.sh .*--rehearse", 0, "Exit 0: it prints the pid, the run id"),
     (r"start_training\.sh .*--gpus", 3, "Exit 3: no GPU driver or NVML (rehearse instead"),  # no GPU here

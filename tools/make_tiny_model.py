@@ -3,9 +3,10 @@
 
 Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer] [--max-position-embeddings N]
 
-It is a real Qwen2 folder with random weights: enough for every check of check_model.py and for
-the rehearsal (which reads no weights), useless for training. Its context (max_position_embeddings, default 2048) fits a config of 512 prompt
-+ 512 response tokens with room to spare, so check_model.py --config passes for the usual configs.
+It is a real Qwen2 folder (qkv biases, a ChatML chat template) with random weights: enough for every
+check of check_model.py, the rehearsal, and real CPU training steps (start_training.sh --cpu-steps).
+Its context (max_position_embeddings, default 2048) fits a config of 512 prompt + 512 response
+tokens with room to spare, so check_model.py --config passes for the usual configs.
 
     $ python tools/make_tiny_model.py build/demo/models/tiny-qwen2
     {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 74240, "shards": 1}
@@ -31,6 +32,9 @@ VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in rang
     "Answer", "Compute", "the", "value", "of", "this", "expression"]
 HIDDEN, LAYERS, INTER = 32, 2, 64
 DEFAULT_POSITIONS = 2048  # 512 prompt + 512 response tokens fit twice
+# ChatML, as Qwen2's: the CPU rollout server (like vLLM) serves chat only with a template.
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def tensors() -> dict:
@@ -42,6 +46,8 @@ def tensors() -> dict:
         p = f"model.layers.{i}."
         out.update({p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (h, h),
                     p + "self_attn.v_proj.weight": (h, h), p + "self_attn.o_proj.weight": (h, h),
+                    p + "self_attn.q_proj.bias": (h,), p + "self_attn.k_proj.bias": (h,),
+                    p + "self_attn.v_proj.bias": (h,),
                     p + "mlp.gate_proj.weight": (INTER, h), p + "mlp.up_proj.weight": (INTER, h),
                     p + "mlp.down_proj.weight": (h, INTER), p + "input_layernorm.weight": (h,),
                     p + "post_attention_layernorm.weight": (h,)})
@@ -78,10 +84,11 @@ def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_pos
 
         tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.add_special_tokens(VOCAB[:4])  # matched whole, before the whitespace split
         tok.save(str(dest / "tokenizer.json"))
         (dest / "tokenizer_config.json").write_text(json.dumps(
             {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "unk_token": "<unk>",
-             "eos_token": "<|im_end|>"}))
+             "eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE}))
     return {"dest": str(dest), "num_parameters": sum(int(w.size) for w in weights.values()), "shards": len(files),
             "files": files, "tensors": {n: list(weights[n].shape) for n in names}}
 

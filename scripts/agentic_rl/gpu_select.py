@@ -128,6 +128,19 @@ def cpu_warning(cpus: int, n: int, where: str = "this host") -> str | None:
             f"({needed} for {n} GPU{'s' if n != 1 else ''}) and without them waits forever for its placement group")
 
 
+def driver_report() -> dict:
+    """This host's driver, the newest CUDA it runs, and the installed torch's CUDA build, with `problem`
+    (one line) when the driver is too old for that torch. Raises nvml.NvmlUnavailable."""
+    from agentic_rl import gpu_stack
+    from agentic_rl.edge import nvml
+
+    out = {**nvml.read_driver(), **{f"torch{'_cuda' if k == 'cuda' else ''}": v
+                                    for k, v in gpu_stack.torch_cuda_build().items()}}
+    out["driver_floor"] = gpu_stack.driver_floor(out["torch_cuda"])
+    out["problem"] = gpu_stack.driver_problem(out["driver_version"], out["torch_cuda"])
+    return out
+
+
 def local_report(n: int, max_util: float, max_mem: float, samples: int, interval: float,
                  min_free_frac: float | None) -> dict:
     """Read the GPUs, judge each and choose n. Raises UserError(EXIT_ENV) without a driver."""
@@ -138,8 +151,15 @@ def local_report(n: int, max_util: float, max_mem: float, samples: int, interval
     except nvml.NvmlUnavailable as exc:
         raise UserError(str(exc), "run on a host where nvidia-smi works; without a GPU, rehearse: "
                         "bash scripts/start_training.sh --input-dir DIR --rehearse", EXIT_ENV) from None
+    try:
+        driver = driver_report()
+    except nvml.NvmlUnavailable:  # it answered a moment ago: report the GPUs without it
+        driver = None
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     candidates, warnings = visible_candidates(env, gpus)
+    if driver and driver["problem"]:
+        warnings.append(f"{driver['problem']}; training would fail at its first CUDA call, and start_training.sh "
+                        "refuses it (exit 3)")
     rows = [assess(g, candidates, max_util, max_mem, min_free_frac) for g in gpus]
     selected = choose(rows, n)
     cpus = host_cpus()
@@ -154,7 +174,7 @@ def local_report(n: int, max_util: float, max_mem: float, samples: int, interval
         "available": [r["index"] for r in rows if r["available"]],
         "thresholds": {"max_util": max_util, "max_mem": max_mem, "min_free_frac": min_free_frac,
                        "samples": samples, "interval": interval},
-        "cpus": {"available": cpus, "needed": CPUS_PER_GPU * n + 1},
+        "cpus": {"available": cpus, "needed": CPUS_PER_GPU * n + 1}, "driver": driver,
         "warnings": warnings, "gpus": rows,
     }
 

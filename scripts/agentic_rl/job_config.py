@@ -131,6 +131,32 @@ _CLASSES = (
 _EXC_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception|Interrupt)\b.*$", re.M)
 
 
+# VERL's and Agent Lightning's late errors (references/verl-constraints: they fire minutes into a run)
+# and the config key behind each: (pattern, component, key, what to do).
+LATE_ERRORS = (
+    (re.compile(r"Unknown advantage estimator"), "config", "algorithm.adv_estimator",
+     "use one VERL knows, e.g. grpo or gae"),
+    (re.compile(r"Unsupported loss mode"), "config", "actor_rollout_ref.actor.policy_loss.loss_mode",
+     "use vanilla or Agent Lightning's per_rollout_mean"),
+    (re.compile(r"AssertionError: \w+ is not supported"), "config", "trainer.logger",
+     "use console, file, wandb, tensorboard, mlflow, swanlab, clearml or trackio"),
+    (re.compile(r"'NoneType' object has no attribute 'split'"), "config", "trainer.resume_mode",
+     "use auto or disable (resume_path needs trainer.resume_from_path with global_step_N)"),
+    (re.compile(r"kl_ctrl|KL controller"), "config", "algorithm.kl_ctrl.type", "use fixed or adaptive"),
+    (re.compile(r"emitted zero training rows"), "agent", "agentlightning (the agent's rollouts)",
+     "no rollout of the step traced a model call: read logs/controller.log and check_status --samples"),
+)
+
+
+def late_config_error(text: str) -> tuple[str, str, str] | None:
+    """(component, config key, what to do) for the last known late error in text, else None."""
+    found = [(m.start(), entry) for entry in LATE_ERRORS for m in entry[0].finditer(text)]
+    if not found:
+        return None
+    _, (_, component, key, todo) = max(found, key=lambda f: f[0])
+    return component, key, todo
+
+
 def classify_failure(text: str) -> str:
     """One line: the kind of failure (OOM, CUDA error, Ray error, judge error) and the line that says so."""
     for kind, pattern in _CLASSES:
@@ -258,8 +284,13 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     _set(cfg, "trainer.logger", loggers + ["file"] * ("file" not in loggers))
     env_vars = {} if rehearse else verl_config.ppo_runtime_env_vars()
-    env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
-    env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
+    # Ray wants strings; a Hydra override (`...env_vars.X=0.2`) or config.json number is not one.
+    env_vars.update({k: v if isinstance(v, str) else json.dumps(v) if isinstance(v, (bool, type(None))) else str(v)
+                     for k, v in (_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}).items()})
+    env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)
+                     if name in os.environ})
+    if os.environ.get(run_dir.RUN_DIR_ENV):  # with the id: what a node's sweep proves a process by
+        env_vars[run_dir.RUN_DIR_ENV] = os.environ[run_dir.RUN_DIR_ENV]
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
     _set(cfg, "agentlightning.local.agent_class", TASK_FOLDER_AGENT if agent.get("agent_class") else BUNDLED_AGENT)
     env_map = _get(cfg, "agentlightning.local.env_map") or {}
@@ -279,6 +310,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
         _set(cfg, "trainer.resume_mode", mode)
+    cpu = apply_cpu_mode(cfg, run, len(train_rows), joins := os.environ.get("RAY_ADDRESS")
+                         or _get(cfg, "ray_kwargs.ray_init.address")) if getattr(run, "cpu_steps", None) else None
     n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
     # VERL's dataloader yields data.gen_batch_size rows per step when given (drop_last), else train_batch_size.
@@ -300,6 +333,19 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     if agent.get("agent_class"):
         agent_env["ARL_AGENT_CLASS"] = agent["agent_class"]
     joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
+    if joins:  # handed on explicitly: ray.init without it would start a private one-node cluster
+        _set(cfg, "ray_kwargs.ray_init.address", joins)
+        # The bundle's package travels to every node with the run (Ray's py_modules): --cpu-steps' hook
+        # and rollout server run in Ray workers there, where the bundle need not be installed.
+        modules = list(_get(cfg, "ray_kwargs.ray_init.runtime_env.py_modules") or [])
+        package = str(Path(__file__).resolve().parent)
+        _set(cfg, "ray_kwargs.ray_init.runtime_env.py_modules", modules + [package] * (package not in modules))
+    if cpu is not None:
+        from agentic_rl.edge import cpu_train
+
+        stale = cpu_train.check()
+        if stale:
+            raise Failure("trainer", f"CPU training cannot stand in for this VERL: {stale[0]}", cli.EXIT_ENV)
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)
         if errors:
@@ -310,7 +356,27 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
                  "total_training_steps": steps, "steps_per_epoch": plan_steps["steps_per_epoch"],
                  "verl_defaults_merged": bool(info.get("verl_defaults_merged")),
                  # a rehearsal's progress counts against its whole plan from the start (check_status)
-                 **({"rollout_failures": rehearsal.progress_record(rollouts)} if rehearse else {})}, env_paths)
+                 **({"rollout_failures": rehearsal.progress_record(rollouts)} if rehearse else {}),
+                 **({"cpu": cpu} if cpu is not None else {})}, env_paths)
+
+
+def apply_cpu_mode(cfg: Any, run: Any, train_rows: int, joins: str | None) -> dict:
+    """--cpu-steps N: set what cpu_mode plans (only what must shrink for a CPU, and the stand-ins'
+    hook); returns the status record {steps, ranks, changed: [{key, from, to}]}."""
+    from agentic_rl import cpu_mode, cpu_model
+
+    model = cpu_model.small_model(Path(_get(cfg, "actor_rollout_ref.model.path")), run.output_dir)
+    ranks = 1
+    if joins:  # a joined cluster keeps its ranks: one CPU process per logical GPU
+        ranks = int(_get(cfg, "trainer.nnodes", 1) or 1) * int(_get(cfg, "trainer.n_gpus_per_node", 1) or 1)
+    get = lambda key, default=None: _get(cfg, key, default)  # noqa: E731
+    want = cpu_mode.plan_changes(get, run.cpu_steps, train_rows, os.cpu_count() or 1, ranks)
+    if model["replaced"]:  # a small random model of the same architecture, with the user's tokenizer
+        want = {"actor_rollout_ref.model.path": model["path"], **want}
+    changed = cpu_mode.changes(get, want)
+    for change in changed:
+        _set(cfg, change["key"], change["to"])
+    return {"steps": run.cpu_steps, "ranks": ranks, "model": model, "changed": changed}
 
 
 def save_resolved(output_dir: Path, cfg: Any, info: dict) -> None:

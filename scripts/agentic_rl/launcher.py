@@ -31,6 +31,7 @@ from agentic_rl import cli, files, gpu_select, run_dir, task
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 
 GPU_KEY = "trainer.n_gpus_per_node"
+TRAINER_MODULES = ("verl", "agentlightning", "torch")
 START_WAIT_ENV = "ARL_START_WAIT_S"
 
 DESCRIPTION = """\
@@ -49,7 +50,8 @@ example:
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
 1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, too
 few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
-bundle's packages, input folder, config file, GPU driver/NVML for a training start, the job died
+bundle's packages, input folder, config file, GPU driver/NVML for a training start, a driver older
+than the installed torch's CUDA build needs (references/gpu-stack.md), the job died
 early for want of a package, or no space left in the output folder); 4 = a live run (or its orphaned
 processes, or processes of a run whose folder was deleted at this path) holds the output folder, or the default
 output folder (D/../outputs) holds a run of another task (name the folder with --output-dir to use it)."""
@@ -61,7 +63,7 @@ output folder (D/../outputs) holds a run of another task (name the folder with -
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--rehearse [--model-endpoint URL] "
+                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL] "
                                  "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -71,6 +73,9 @@ def build_parser() -> cli.ArgumentParser:
                    "(N = trainer.n_gpus_per_node, as check_gpu.py picks them). Exported as CUDA_VISIBLE_DEVICES.")
     p.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto); "
                    "refused without one")
+    p.add_argument("--cpu-steps", metavar="N", help="train N real steps (PPO/GRPO through VERL) on CPU, with a small "
+                   "model of the same architecture and batches cut to fit: the check before booking GPUs. Needs the "
+                   "trainer's Python (.venv with the GPU stack, else .venv-verl: make verl-venv)")
     p.add_argument("--rehearse", action="store_true", help="CPU rehearsal of the whole launch path: an oracle "
                    "model, no VERL, no GPU")
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
@@ -78,6 +83,12 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
     p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
                    f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
+                   "$RAY_ADDRESS): one preflight over its nodes first, and the address is handed to run_ppo, which "
+                   "then never starts a private cluster. references/multi-node.md")
+    p.add_argument("--gateway-host", metavar="ADDR", help="with --ray-address: the address the run's gateway listens "
+                   "on, which every node must reach (default: this host's address on the Ray network; 0.0.0.0 "
+                   "means every interface, said as a warning). Without a cluster it stays 127.0.0.1")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     return p
 
@@ -88,12 +99,26 @@ def check_args(args) -> None:
         raise UserError(f"--gpus {args.gpus} is not a list of GPU indices", "write e.g. --gpus 0,1", EXIT_USAGE)
     if args.sample is not None and not args.sample.isdigit():
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
+    if args.cpu_steps is not None and not (args.cpu_steps.isdigit() and int(args.cpu_steps) >= 1):
+        raise UserError(f"--cpu-steps {args.cpu_steps} is not a number of steps", "write e.g. --cpu-steps 2", EXIT_USAGE)
+    if args.cpu_steps is not None and (args.rehearse or args.gpus is not None):
+        raise UserError("--cpu-steps trains on CPU: it takes neither --gpus nor --rehearse",
+                        "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
     if not args.rehearse and (args.model_endpoint or args.sample is not None):
         raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
     if args.write_filtered and not (args.rehearse and args.model_endpoint and int(args.sample or 0) > 0):
         raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N (N > 0): it keeps the "
                         "train rows whose rollouts by a real model got different rewards",
                         "add --rehearse --model-endpoint URL --sample 64", EXIT_USAGE)
+    from agentic_rl import cluster_checks
+
+    cluster_checks.check_flags(ray_address(args), "--ray-address" if args.ray_address else "RAY_ADDRESS",
+                               args.gateway_host, args.rehearse, args.gpus)
+
+
+def ray_address(args) -> str | None:
+    """The cluster the run joins: --ray-address, else $RAY_ADDRESS; None: run_ppo starts its own Ray."""
+    return (args.ray_address or os.environ.get("RAY_ADDRESS") or "").strip() or None
 
 
 # --------------------------------------------------------------------------- the folder and its lock
@@ -238,18 +263,67 @@ def check_gpus_exist(gpus: list[int]) -> None:
                         "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
 
 
+def check_driver() -> dict:
+    """Train mode: the driver must run the installed torch's CUDA build (exit 3, the ways out in the hint),
+    or the run fails at its first CUDA call, after the model download. Returns what was read."""
+    from agentic_rl import gpu_stack
+    from agentic_rl.edge import nvml
+
+    try:
+        driver = gpu_select.driver_report()
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"training needs the NVIDIA driver: {exc}", "run on a GPU host (python scripts/check_gpu.py), "
+                        "or rehearse: bash scripts/start_training.sh --input-dir D --rehearse", EXIT_ENV) from None
+    if driver["problem"]:
+        raise UserError(f"{driver['problem']} ({sys.executable}: torch {driver['torch']}); training would fail at its "
+                        "first CUDA call", gpu_stack.ways_out(driver["torch_cuda"]), EXIT_ENV)
+    return driver
+
+
+def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path,
+                  python: str | None = None) -> dict:
+    """cluster_checks.preflight for this start: exit 1 / 3 before anything starts, else the gateway's addresses."""
+    from agentic_rl import cluster_checks, placement
+
+    try:
+        per_node, nnodes = (int(setting(cfg, overrides, k) or 1) for k in (GPU_KEY, "trainer.nnodes"))
+    except (TypeError, ValueError):
+        raise UserError(f"{GPU_KEY} and trainer.nnodes must be integers", "fix config.json or the overrides") from None
+    model = task.load_agent_config(input_dir)["model_name"]
+    return cluster_checks.preflight(address, placement.demand(per_node, nnodes), model, output_dir, args.gateway_host,
+                                    python, gpus=args.cpu_steps is None)
+
+
 # --------------------------------------------------------------------------- the job
 
 
+def trainer_python() -> str:
+    """The Python that has the trainer (verl, agentlightning, torch): $ARL_TRAIN_PYTHON, this one, the
+    bundle's .venv (with the GPU stack), else .venv-verl (CPU torch). Exit 3 naming how to get one."""
+    from agentic_rl.edge import verl_merge
+
+    python, how = verl_merge.find_train_python(TRAINER_MODULES)
+    if python is None:
+        raise UserError(f"--cpu-steps needs a Python with VERL and Agent Lightning: {how}",
+                        f"run `make verl-venv` in {cli.BUNDLE_DIR} (Python 3.11, CPU torch, verl 0.8.0, agentlightning "
+                        "1.0.2), or `make install-train` on a GPU machine; or set ARL_TRAIN_PYTHON", EXIT_ENV)
+    return python
+
+
 def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list[int] | None,
-                overrides: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
+                overrides: list[str], python: str | None = None, cluster: dict | None = None) -> list[str]:
+    cmd = [python or sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(input_dir),
            "--output-dir", str(output_dir), "--run-id", run_id]
+    if cluster:
+        cmd += ["--ray-address", cluster["address"], "--gateway-host", cluster["bind"],
+                "--gateway-advertise", cluster["advertised"]]
     if args.config_file:
         cmd += ["--config-file", str(Path(args.config_file).expanduser().resolve())]
     if gpus:
         cmd += ["--gpus", ",".join(map(str, gpus))]
     cmd += ["--resume"] * args.resume + ["--rehearse"] * args.rehearse
+    if args.cpu_steps is not None:
+        cmd += ["--cpu-steps", args.cpu_steps]
     if args.model_endpoint:
         cmd += ["--model-endpoint", args.model_endpoint]
     if args.sample is not None:
@@ -258,8 +332,11 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     return cmd + (["--", *overrides] if overrides else [])
 
 
-def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path) -> dict:
+def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, output_dir: Path,
+            address: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (run_dir.RUN_ID_ENV,)}
+    if address:
+        env["RAY_ADDRESS"] = address  # run_ppo's ray.init joins this cluster, whatever the config says
     env.update({run_dir.RUN_ID_ENV: run_id, run_dir.RUN_DIR_ENV: str(output_dir), run_dir.LOCK_FD_ENV: str(lock_fd),
                 run_dir.LAUNCH_FD_ENV: str(launch_fd),
                 "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
@@ -329,22 +406,30 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     if args.resume:
         check_resume(output_dir, cfg, overrides, source)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
-    if not args.rehearse and gpus is None:
+    python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
+    address, cluster = ray_address(args), None
+    if address and not args.rehearse:
+        cluster = {"address": address, **check_cluster(args, address, cfg, overrides, input_dir, output_dir, python)}
+    elif not args.rehearse and args.cpu_steps is None and gpus is None:
         gpus = pick_gpus(cfg, source, gpus_needed(cfg, overrides, source.name))
-    elif not args.rehearse:
+    elif not args.rehearse and args.cpu_steps is None:
         check_gpus_exist(gpus)
+    if not args.rehearse and args.cpu_steps is None and not cluster:
+        check_driver()
     run_id = run_dir.new_run_id()
     mode = "rehearse" if args.rehearse else "train"
+    shown_mode = f"train on CPU, {args.cpu_steps} steps" if args.cpu_steps is not None else mode
     log_path = output_dir / run_dir.LOG_FILE
     os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))  # 0600: the job's output may quote secrets
     os.chmod(log_path, 0o600)
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {mode}, "
+        log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {shown_mode}, "
                   f"GPUs {','.join(map(str, gpus)) if gpus else 'none'} ===\n")
     hold_read, hold_write = os.pipe()
     try:
-        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides),
-                         job_env(run_id, gpus, lock_fd, hold_read, output_dir), log_path, lock_fd, hold_read)
+        proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, python, cluster),
+                         job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
+                         log_path, lock_fd, hold_read)
     finally:
         os.close(hold_read)
     from agentic_rl.edge import procs
@@ -368,13 +453,32 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
                         f"last lines of {log_path}:\n{tail.rstrip()}",
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
-    print_started(run_id, proc.pid, mode, gpus, output_dir)
+    print_started(run_id, proc.pid, shown_mode, gpus, output_dir, address if cluster else None)
+    if args.cpu_steps is not None:
+        print(cpu_changes_text(output_dir))
     if args.rehearse:
         cost = rehearsal_cost(args, input_dir, cfg, overrides)
         print(cost["text"])
         if cost["busy"]:
             cli.print_warning(cost["busy"])
     return EXIT_OK
+
+
+def cpu_changes_text(output_dir: Path, wait_s: float = 60.0) -> str:
+    """The keys a CPU run changed, as the job recorded them (it composes the config in its first seconds)."""
+    from agentic_rl import cpu_mode
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = run_dir.read_status(output_dir) or {}
+        if "cpu" in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    cpu = st.get("cpu")
+    if not cpu:
+        return "changed for the CPU: not recorded yet (see training.status, field cpu)"
+    return f"changed for the CPU ({len(cpu['changed'])} keys; all else is your config):\n" + \
+        cpu_mode.describe(cpu["changed"])
 
 
 def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> dict:
@@ -403,11 +507,13 @@ def rehearsal_cost(args, input_dir: Path, cfg: dict, overrides: list[str]) -> di
     return rehearsal.cost(test, sample, n, agents, args.model_endpoint, calls_per_rollout=calls)
 
 
-def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path) -> None:
+def print_started(run_id: str, pid: int, mode: str, gpus: list[int] | None, output_dir: Path,
+                  address: str | None = None) -> None:
     # Commands that work from here: relative to the bundle when we are in it.
     shown = "scripts" if Path.cwd().resolve() == cli.BUNDLE_DIR.resolve() else str(cli.SCRIPTS_DIR)
     out = shlex.quote(str(output_dir))
-    print(f"started run {run_id}: pid {pid}, mode {mode}, GPUs {','.join(map(str, gpus)) if gpus else 'none'}\n"
+    where = f"the Ray cluster at {address}" if address else ",".join(map(str, gpus)) if gpus else "none"
+    print(f"started run {run_id}: pid {pid}, mode {mode}, GPUs {where}\n"
           f"log:     {output_dir / run_dir.LOG_FILE}\n"
           f"status:  python {shown}/check_status.py --output-dir {out}\n"
           f"follow:  tail -f {out}/{run_dir.LOG_FILE}\n"

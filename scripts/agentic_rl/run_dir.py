@@ -50,6 +50,7 @@ JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
 EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
+CPU_MODEL_DIR = "cpu_model"  # CPU training: the small model of the user's architecture (cpu_model.py)
 COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
 RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end
 RESERVE_BYTES = 128 * 1024
@@ -86,9 +87,13 @@ STATUS_FIELDS = {
     "total_training_steps": "the steps VERL will train (null in a rehearsal)",
     "steps_per_epoch": "train dataloader batches per epoch",
     "verl_defaults_merged": "whether VERL's own defaults were found and merged into the config",
+    "cpu": "CPU training (--cpu-steps N): {steps, ranks, model: {path, replaced, parameters, from_parameters}, "
+           "changed: [{key, from, to}]}, every config key the CPU run changed; absent on a GPU run",
     "services": "gateway and controller: pid, url, log",
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
+    "ray_address": "the existing Ray cluster the run joined (null: its own Ray on this host)",
+    "ray_python": "with ray_address: the Python the job joined it with (a Ray driver must match the cluster's)",
     "exit_code": "the job's exit code",
     "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
                         "disk | output_dir | job",
@@ -99,6 +104,8 @@ STATUS_FIELDS = {
               "recorded it)",
     "hint": "with failed: the fix, when the job knows it (e.g. free space on O's filesystem)",
     "leftovers": "pids of the run still alive after the job's clean-up",
+    "leftovers_by_node": "on a joined Ray cluster: per node, the pids of the run still alive after every node's "
+                         "sweep (or the error that kept a node from answering)",
 }
 
 

@@ -152,7 +152,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     return {
         "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
         "problem": problem, "hint": st.get("hint"), "process_state": proc_state,
-        "run_id": st.get("run_id"), "mode": st.get("mode"), "pid": st.get("pid"),
+        "run_id": st.get("run_id"), "mode": st.get("mode"), "cpu": st.get("cpu"), "pid": st.get("pid"),
         "runtime_s": round((end or time.time()) - start) if start else None,
         "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),

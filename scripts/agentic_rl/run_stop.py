@@ -151,6 +151,16 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
     left = run_carriers(run_id, output_dir, settle)
     gpus = gpu_leftovers(before | set(left), run_id, output_dir)
     report["leftovers"], report["gpu_leftovers"] = describe(left), gpus
+    address = state["record"].get("ray_address")
+    if address:
+        report["nodes"] = cluster_leftovers(output_dir, address, run_id, force, state["record"].get("ray_python"))
+        on_nodes = {node: pids for node, pids in report["nodes"].items() if pids}
+        if on_nodes:
+            report.update(message=f"run {run_id} is not fully gone on the Ray cluster at {address}: "
+                                  + "; ".join(f"node {node}: {pids}" for node, pids in on_nodes.items()),
+                          hint="rerun stop_training.py --force (every node then SIGKILLs what carries the run id); "
+                               "a node that did not answer: stop its leftovers there by hand")
+            return report
     if left or gpus:
         what = f"pids {left} still carry EVO_RUN_ID={run_id}" if left else ""
         what += ("; " if left and gpus else "") + (f"GPU processes {[g['pid'] for g in gpus]}" if gpus else "")
@@ -179,6 +189,21 @@ def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> d
     report.update(ok=True, status=final.get("status"), detail=final.get("detail"),
                   message=f"run {run_id} is gone; status {shown}")
     return report
+
+
+def cluster_leftovers(output_dir: Path, address: str, run_id: str, force: bool, python: str | None = None) -> dict:
+    """{node: [pids of the run left there]} on the joined cluster: what the job's own sweep recorded at its end,
+    or (--force, or a job that died before it could) a sweep from here: every node stops what carries the run id."""
+    recorded = (run_dir.read_status(output_dir) or {}).get("leftovers_by_node")
+    if isinstance(recorded, dict) and "error" not in recorded and not force:
+        return recorded
+    from agentic_rl.edge import ray_cluster
+
+    try:
+        return ray_cluster.sweep_run(address, run_id, [os.getpid()], python=python if python and Path(python).exists()
+                                     else None)
+    except UserError as exc:
+        return {f"the Ray cluster at {address}": f"not reached: {exc.message}"}
 
 
 def stop_strays(output_dir: Path, state: dict, force: bool, report: dict) -> dict:

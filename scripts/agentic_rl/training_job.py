@@ -2,7 +2,7 @@
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
 Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--rehearse [--model-endpoint URL] [--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]
+               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL] [--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
@@ -128,7 +128,11 @@ class Run:
         os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
         os.environ[run_dir.RUN_DIR_ENV] = str(self.output_dir)  # ... and its folder: found even without a record
         self.mode = "rehearse" if args.rehearse else "train"
+        self.cpu_steps = args.cpu_steps  # CPU training: N real steps with the stand-ins (cpu_mode.py)
         self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+        if args.ray_address:
+            os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
+        self.joins_ray: str | None = None
         self.key = agl.new_key()
         self.gateway = self.controller = self.oracle = None
         self.ray_started = False
@@ -175,7 +179,7 @@ class Run:
             outcome = exc
         self.stopping = True
         code, final = self.outcome(outcome)
-        leftovers = self.shutdown()
+        leftovers, by_node = self.shutdown()
         gone = run_dir.folder_problem(self.output_dir)
         if not gone:
             run_dir.release_reserve(self.output_dir)  # the run ends: its reserve makes room for the last record
@@ -187,7 +191,8 @@ class Run:
             log(f"{gone}: its end is not recorded there (that folder is not this run's)")
             return code
         try:
-            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers)
+            extra = {} if by_node is None else {"leftovers_by_node": by_node}
+            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers, **extra)
         except (OSError, run_dir.FolderReplaced) as exc:
             log(f"could not record the end in {run_dir.STATUS_FILE}: {exc}")
             return code
@@ -241,7 +246,9 @@ class Run:
         for name in ("gateway", "controller"):
             try:
                 if name == "gateway":
-                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env)
+                    host = self.args.gateway_host or agl.HOST
+                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env, host=host,
+                                                     advertise=self.args.gateway_advertise or host)
                 else:
                     self.controller = agl.start_controller(self.output_dir / run_dir.LOGS_DIR, self.gateway, plan.tuning,
                                                                 env)
@@ -265,8 +272,13 @@ class Run:
         plan = job_config.build(self, train_rows, test_rows)
         cfg = plan.cfg
         self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
-        log(f"run {self.run_id}: {self.mode} mode, {len(train_rows)} train / {len(test_rows)} test rows, "
-            f"model {plan.model}")
+        log(f"run {self.run_id}: {self.mode} mode{' on CPU' if self.cpu_steps else ''}, {len(train_rows)} train / "
+            f"{len(test_rows)} test rows, model {plan.model}")
+        if self.cpu_steps:
+            from agentic_rl import cpu_mode
+
+            log(f"CPU training, {self.cpu_steps} steps; changed for the CPU:\n"
+                f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         if self.mode == "train":
@@ -367,13 +379,18 @@ class Run:
 
     def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
         self.ray_started = not plan.joins_ray
-        self.status(ray_started_by_run=self.ray_started)
+        self.joins_ray = plan.joins_ray
+        self.status(ray_started_by_run=self.ray_started, ray_address=plan.joins_ray,
+                    **({"ray_python": sys.executable} if plan.joins_ray else {}))
         collector = self.sample_collector(cfg, plan)
         try:
             in_helper_thread(run_ppo, cfg, plan.wrap(train_rows), plan.wrap(test_rows))
         except Exception as exc:
-            raise Failure("trainer", job_config.classify_failure(
-                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}")) from None
+            text = f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"
+            reason, late = job_config.classify_failure(text), job_config.late_config_error(text)
+            if late:  # name the component and the config key behind it, as the preflight would
+                raise Failure(late[0], f"{late[1]}: {reason} ({late[2]})"[:500]) from None
+            raise Failure("trainer", reason) from None
         finally:
             collector.stop()  # reads the last rollouts while the gateway is still up
         if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
@@ -388,14 +405,18 @@ class Run:
         step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
         return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
 
-    def shutdown(self) -> list[int]:
+    def shutdown(self) -> tuple[list[int], dict | None]:
         agl.stop_service(self.controller, agl.CONTROLLER_STOP_S)
-        if self.ray_started:
+        by_node = None
+        if self.ray_started or self.joins_ray:
             from agentic_rl.edge import ray_cluster
 
-            problem = ray_cluster.shutdown_local()  # the cluster ray.init started; never a host-wide `ray stop`
+            # Our own Ray stops; a joined cluster only loses this driver, and Ray ends its actors with it.
+            problem = ray_cluster.shutdown_local()  # never a host-wide `ray stop`
             if problem:
                 log(f"ray.shutdown failed: {problem}")
+            if self.joins_ray:
+                by_node = self.sweep_cluster()
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
@@ -403,7 +424,21 @@ class Run:
         left = procs.kill_run(self.run_id, self.output_dir, exclude_pids=[os.getpid()])
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
-        return left
+        return left, by_node
+
+    def sweep_cluster(self) -> dict | None:
+        """Every node of the joined cluster stops what still carries this run's id (Ray actors that survived
+        the driver, their children); {node: [pids left]}, logged per node."""
+        from agentic_rl.edge import ray_cluster
+
+        try:
+            by_node = ray_cluster.sweep_run(self.joins_ray, self.run_id, [os.getpid()])
+        except UserError as exc:
+            log(f"could not sweep the Ray cluster's nodes: {exc.message}")
+            return {"error": exc.message}
+        for node, left in by_node.items():
+            log(f"node {node}: {'nothing of the run left' if left == [] else f'left: {left}'}")
+        return by_node
 
 
 def refuse_foreign_run_id(run_id: str, output_dir: Path) -> None:
@@ -441,9 +476,20 @@ def in_helper_thread(fn, *args) -> None:
 
     threading.Thread(target=target, name="trainer", daemon=True).start()
     while not done.wait(0.5):
-        pass
+        reclaim_signals()
     if failure:
         raise failure[0]
+
+
+def reclaim_signals() -> None:
+    """Put our SIGTERM/SIGINT/SIGUSR1 handlers back (main thread only). A driver that joins an existing
+    Ray cluster gets absl's failure signal handler installed over SIGTERM by Ray's core worker: a stop
+    then killed the job on the spot (`*** SIGTERM received ***`), its status left `running` and its
+    gateway alive. Re-installing the Python handler keeps a stop going through shutdown in order."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -458,9 +504,13 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--config-file", help="config JSON (default: INPUT_DIR/config.json)")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1: sets trainer.n_gpus_per_node")
     parser.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto)")
+    parser.add_argument("--ray-address", help="join this Ray cluster (default: $RAY_ADDRESS); run_ppo gets it too")
+    parser.add_argument("--gateway-host", help="the address the gateway listens on (default 127.0.0.1)")
+    parser.add_argument("--gateway-advertise", help="the address the nodes reach it at (default: --gateway-host)")
     parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
+    parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
     parser.add_argument("--write-filtered", action="store_true",
                         help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)
@@ -477,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                             cli.EXIT_USAGE)
         if args.model_endpoint and not args.rehearse:
             raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", cli.EXIT_USAGE)
+        if args.cpu_steps is not None and (args.cpu_steps < 1 or args.rehearse or args.gpus):
+            raise UserError("--cpu-steps needs N >= 1 and neither --rehearse nor --gpus", "e.g. --cpu-steps 2",
+                            cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
         if args.write_filtered and not (args.model_endpoint and args.sample):

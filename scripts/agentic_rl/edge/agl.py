@@ -50,10 +50,10 @@ def new_key() -> str:
     return secrets.token_urlsafe(32)
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the caller retries if someone takes it first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
+def free_port(host: str = HOST) -> int:
+    """A port free on host right now (the caller retries if someone takes it first)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -81,10 +81,11 @@ class Service:
     log_path: Path
     port: int | None = None
     extra: dict = field(default_factory=dict)
+    host: str = HOST  # where clients reach it (the bind address, unless that is every interface)
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def info(self) -> dict:
         out: dict[str, Any] = {"pid": self.proc.pid}
@@ -158,17 +159,18 @@ def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: di
 
 
 def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = HEALTH_TIMEOUT_S,
-                  tries: int = 3) -> Service:
-    """agl-server on a free 127.0.0.1 port, healthy; retried on another port when the bind fails.
+                  tries: int = 3, host: str = HOST, advertise: str | None = None) -> Service:
+    """agl-server on a free port of host (127.0.0.1 unless a cluster's nodes must reach it), healthy; retried
+    on another port when the bind fails. Clients use advertise (default: host). Every route demands the key.
     A gateway that exits during the start is reported in its own words (its last log lines)."""
     last = ""
     env = {**env, MODEL_ENV: str(model_name)}
     for _ in range(tries):
-        port = free_port()
-        overrides = [f"host={HOST}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
+        port = free_port(host)
+        overrides = [f"host={host}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
                      f"default_proxy.model_name=${{oc.env:{MODEL_ENV}}}"]
         svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env),
-                      logs_dir / "gateway.log", port)
+                      logs_dir / "gateway.log", port, host=advertise or host)
         if wait_healthy(svc, timeout):
             return svc
         last = svc.log_tail()

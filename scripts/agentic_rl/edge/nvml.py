@@ -147,6 +147,30 @@ def read_gpus(samples: int = 1, interval: float = 0.0) -> list[dict]:
         return entries
 
 
+def read_driver() -> dict:
+    """{'driver_version': '580.65.06', 'cuda_version': '13.0'}: the driver and the newest CUDA it runs,
+    each None where NVML cannot say. Raises NvmlUnavailable."""
+    from agentic_rl import gpu_stack
+
+    with _session() as pynvml:
+        out: dict = {"driver_version": None, "cuda_version": None}
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            out["driver_version"] = version.decode() if isinstance(version, bytes) else str(version)
+        except pynvml.NVMLError:
+            pass
+        for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+            fn = getattr(pynvml, name, None)
+            if fn is None:
+                continue
+            try:
+                out["cuda_version"] = gpu_stack.cuda_of_version(int(fn()))
+                break
+            except pynvml.NVMLError:
+                continue
+        return out
+
+
 def gpu_processes() -> list[dict]:
     """Every compute process on every readable GPU: [{pid, name, gpu_index, gpu_uuid, used_memory}].
     Raises NvmlUnavailable."""

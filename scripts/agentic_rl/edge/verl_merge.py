@@ -27,35 +27,37 @@ BUNDLE_DIR = Path(__file__).resolve().parents[3]
 TRAIN_PYTHON_ENV = "ARL_TRAIN_PYTHON"
 INSTALL_COMMAND = "make install-train"
 # find_spec does not import verl (importing it costs ~8 s: torch, ray, transformers).
-_HAS_VERL = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('verl') else 1)"
+_HAS_MODULES = "import importlib.util, sys; sys.exit(0 if all(importlib.util.find_spec(m) for m in sys.argv[1:]) else 1)"
 
 
-def _has_verl(python: str) -> bool:
+def _has(python: str, modules: tuple[str, ...]) -> bool:
     try:
-        proc = subprocess.run([python, "-c", _HAS_VERL], stdin=subprocess.DEVNULL, capture_output=True,
+        proc = subprocess.run([python, "-c", _HAS_MODULES, *modules], stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=60, env={**os.environ, "PYTHONSAFEPATH": "1"})
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
 
 
-def find_train_python() -> tuple[str | None, str]:
-    """(a Python that can import verl, how it was chosen), or (None, what was tried)."""
+def find_train_python(modules: tuple[str, ...] = ("verl",)) -> tuple[str | None, str]:
+    """(a Python that can import every one of modules, how it was chosen), or (None, what was tried).
+    The merger needs verl; CPU training (start_training.sh --cpu-steps) verl, agentlightning and torch."""
+    wanted = " and ".join(modules)
     override = os.environ.get(TRAIN_PYTHON_ENV)
     if override:
-        if _has_verl(override):
+        if _has(override, modules):
             return override, f"${TRAIN_PYTHON_ENV}"
-        return None, f"${TRAIN_PYTHON_ENV}={override} cannot import verl"
-    if importlib.util.find_spec("verl") is not None:
+        return None, f"${TRAIN_PYTHON_ENV}={override} cannot import {wanted}"
+    if all(importlib.util.find_spec(m) is not None for m in modules):
         return sys.executable, "the current Python"
     tried = [sys.executable]
     for venv in (".venv", ".venv-verl"):
         python = BUNDLE_DIR / venv / "bin" / "python"
         if python.exists() and str(python) != sys.executable:
             tried.append(str(python))
-            if _has_verl(str(python)):
+            if _has(str(python), modules):
                 return str(python), f"the bundle's {venv}"
-    return None, f"none of {', '.join(tried)} can import verl"
+    return None, f"none of {', '.join(tried)} can import {wanted}"
 
 
 def merge_command(python: str, actor_dir: str | os.PathLike, target_dir: str | os.PathLike) -> list[str]:

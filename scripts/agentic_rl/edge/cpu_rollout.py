@@ -1,0 +1,423 @@
+"""CPU training's rollout: a stand-in for VERL's vLLM server, behind VERL's own rollout registry.
+
+On a GPU, VERL starts one vLLMHttpServer Ray actor per rollout replica
+(verl/workers/rollout/vllm_rollout/vllm_async_server.py), Agent Lightning's gateway proxies the
+agents' OpenAI calls to it, and each step the actor's weights reach it through VERL's checkpoint
+engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weights`, backend
+"naive": the actor worker's `update_weights` hands `get_per_tensor_param()` to its rollout's
+`update_weights`, verl/workers/engine_workers.py:667). vLLM cannot run here, so:
+
+- CpuLLMServer (a Ray actor, as vLLMHttpServer is) holds a float32 copy of the model and serves
+  /v1/chat/completions and /v1/completions on the node's IP, answering as vLLM does for Agent
+  Lightning's proxy (agentlightning/server/routes/events.py reads them): top-level
+  prompt_token_ids, choices[0].token_ids, and with logprobs choices[0].logprobs.content[].logprob
+  (VERL's default logprobs_mode processed_logprobs: after temperature and top-k/top-p). Unlike vLLM
+  it generates at most rollout.response_length tokens, all that a rollout trains on. Requests run
+  at once, each in its own thread (torch releases the GIL in its kernels), up to
+  rollout.max_num_seqs or 4 per core; a weight update waits for the running ones and holds new ones back.
+- CpuServerAdapter (BaseRollout, inside the actor worker): update_weights gets the per-tensor
+  weights from VERL's checkpoint engine and sends them to its replica's server.
+- CpuReplica (RolloutReplica): launch_servers starts the server next to the replica's first worker.
+
+register() puts them in VERL's registries under "vllm" (so a config written for a GPU runs as it
+is); edge/cpu_train.install calls it in every Ray worker.
+"""
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any
+
+logger = logging.getLogger(__name__)
+ROLLOUT_NAME = "vllm"  # the name the config keeps; VERL's registry maps it to these classes on CPU
+SERVER_THREADS = 1  # torch threads per request: requests run side by side instead
+MAX_PARALLEL_PER_CPU = 4  # generations at once per core (vLLM's max_num_seqs is sized for a GPU)
+
+
+class Gate:
+    """Many generations at once, or one weight update alone (a readers-writer lock)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    def enter(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing)
+            self._readers += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
+
+    def write(self, fn) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing)
+            self._writing = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            return fn()
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+class RequestError(Exception):
+    """A request vLLM would answer with 400."""
+
+
+def sample_next(logits, temperature: float, top_k: int, top_p: float, generator, processed: bool) -> tuple[int, float]:
+    """One token from the last position's logits, as vLLM samples: greedy at temperature 0, else
+    temperature, top-k, top-p. Its logprob is from the processed distribution (VERL's default
+    logprobs_mode) or the raw one."""
+    import torch
+
+    raw = torch.log_softmax(logits.float(), dim=-1)
+    if not temperature or temperature <= 0:
+        token = int(torch.argmax(raw))
+        return token, float(raw[token])
+    scaled = logits.float() / temperature
+    if top_k and 0 < top_k < scaled.numel():
+        kth = torch.topk(scaled, top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p and top_p < 1.0:
+        order = torch.argsort(scaled, descending=True)
+        probs = torch.softmax(scaled[order], dim=-1)
+        drop = torch.cumsum(probs, dim=-1) - probs > top_p
+        scaled[order[drop]] = float("-inf")
+    logp = torch.log_softmax(scaled, dim=-1)
+    token = int(torch.multinomial(logp.exp(), 1, generator=generator))
+    return token, float(logp[token] if processed else raw[token])
+
+
+class CpuLLMServer:
+    """The HTTP server Agent Lightning's proxy calls; its control surface mirrors vLLMHttpServer's."""
+
+    def __init__(self, model_path: str, max_model_len: int | None, max_num_seqs: int, logprobs_mode: str,
+                 response_length: int | None = None, replica_rank: int = 0, host: str | None = None):
+        import ray
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(SERVER_THREADS)
+        self.model_path = model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
+                                                          attn_implementation="sdpa").eval()
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_model_len = int(max_model_len or limit or 4096)
+        self.processed_logprobs = logprobs_mode != "raw_logprobs"
+        self.response_length = int(response_length) if response_length else None
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        self.eos_ids = {self.tokenizer.eos_token_id, *(configured if isinstance(configured, list) else [configured])}
+        self.eos_ids.discard(None)
+        self.replica_rank = replica_rank
+        self.gate = Gate()
+        # Its own threads: a caller's use of the loop's default pool must not starve the generations.
+        parallel = max(1, min(int(max_num_seqs), MAX_PARALLEL_PER_CPU * (os.cpu_count() or 1)))
+        self.slots = asyncio.Semaphore(parallel)
+        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="cpu-rollout")
+        self.global_steps: int | None = None
+        self.weight_version = 0
+        self.counts = {"requests": 0, "tokens": 0, "busy_s": 0.0, "max_parallel": 0}
+        self._running = 0
+        self.host, self.port = host or ray.util.get_node_ip_address(), None
+
+    # -- HTTP
+
+    async def launch_server(self) -> tuple[str, int]:
+        import uvicorn
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse
+
+        app = FastAPI()
+
+        async def answer(request: Request, chat: bool):
+            try:
+                return JSONResponse(await self.complete(await request.json(), chat))
+            except RequestError as exc:  # vLLM's error shape
+                return JSONResponse({"object": "error", "message": str(exc), "type": "BadRequestError",
+                                     "code": 400}, status_code=400)
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            return await answer(request, True)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            return await answer(request, False)
+
+        @app.get("/health")
+        async def health():
+            return {}
+
+        @app.get("/v1/models")
+        async def models():
+            return {"object": "list", "data": [{"id": self.model_path, "object": "model",
+                                                "max_model_len": self.max_model_len}]}
+
+        sock = socket.socket()
+        sock.bind((self.host, 0))
+        self.port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self._serve = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        for _ in range(200):
+            if server.started:
+                return self.host, self.port
+            if self._serve.done():
+                self._serve.result()
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"the CPU rollout server did not start on {self.host}:{self.port}")
+
+    def get_server_address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def prompt_ids(self, body: dict, chat: bool) -> list[int]:
+        tok = self.tokenizer
+        if not chat:
+            prompt = body.get("prompt", "")
+            if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+                return list(prompt)
+            if not isinstance(prompt, str):
+                raise RequestError("prompt must be a string or a list of token ids")
+            return tok(prompt, add_special_tokens=True)["input_ids"]
+        if not getattr(tok, "chat_template", None):
+            raise RequestError("the tokenizer of this model has no chat template, so /v1/chat/completions "
+                               "cannot be served (as vLLM answers)")
+        ids = tok.apply_chat_template(body.get("messages") or [], tools=body.get("tools"),
+                                      add_generation_prompt=True, tokenize=True, return_dict=False)
+        return list(ids)
+
+    def sampling(self, body: dict, n_prompt: int) -> dict:
+        if int(body.get("n") or 1) != 1:
+            raise RequestError("n > 1 is not supported by the CPU rollout server")
+        room = self.max_model_len - n_prompt
+        if room <= 0:
+            raise RequestError(f"This model's maximum context length is {self.max_model_len} tokens; the prompt "
+                               f"has {n_prompt}")
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        temperature = body.get("temperature")
+        seed = body.get("seed")
+        if self.response_length:  # no more than a rollout can train on (CPU runs cut it to minutes)
+            room = min(room, self.response_length)
+        return {"max_tokens": min(int(asked), room) if asked else room,
+                "temperature": 1.0 if temperature is None else float(temperature),
+                "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
+                "seed": int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little")}
+
+    def generate(self, prompt_ids: list[int], params: dict) -> tuple[list[int], list[float], str]:
+        """One sequence, token by token with the KV cache (runs in a worker thread)."""
+        import torch
+
+        gen = torch.Generator().manual_seed(params["seed"])
+        eos = self.eos_ids
+        ids, logps, past, finish = [], [], None, "length"
+        step_in = torch.tensor([prompt_ids], dtype=torch.long)
+        self.gate.enter()
+        try:
+            for _ in range(params["max_tokens"]):
+                with torch.no_grad():
+                    out = self.model(input_ids=step_in, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                token, logp = sample_next(out.logits[0, -1], params["temperature"], params["top_k"], params["top_p"],
+                                          gen, self.processed_logprobs)
+                ids.append(token)
+                logps.append(logp)
+                if token in eos:
+                    finish = "stop"
+                    break
+                step_in = torch.tensor([[token]], dtype=torch.long)
+        finally:
+            self.gate.leave()
+        return ids, logps, finish
+
+    async def complete(self, body: dict, chat: bool) -> dict:
+        if body.get("stream"):
+            raise RequestError("streaming is not supported by the CPU rollout server")
+        prompt_ids = self.prompt_ids(body, chat)
+        params = self.sampling(body, len(prompt_ids))
+        async with self.slots:
+            self._running += 1
+            self.counts["max_parallel"] = max(self.counts["max_parallel"], self._running)
+            started = time.monotonic()
+            try:
+                ids, logps, finish = await asyncio.get_running_loop().run_in_executor(
+                    self.pool, self.generate, prompt_ids, params)
+            finally:
+                self._running -= 1
+        self.counts["requests"] += 1
+        self.counts["tokens"] += len(ids)
+        self.counts["busy_s"] += time.monotonic() - started
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        if body.get("logprobs"):
+            tokens = self.tokenizer.convert_ids_to_tokens(ids)
+            content = [{"token": t, "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(tokens, logps, strict=True)]
+            choice["logprobs"] = {"content": content} if chat else {"tokens": tokens, "token_logprobs": logps}
+        return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", "created": int(time.time()),
+                "object": "chat.completion" if chat else "text_completion", "model": body.get("model", self.model_path),
+                "choices": [choice], "prompt_token_ids": prompt_ids,
+                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
+                          "total_tokens": len(prompt_ids) + len(ids)}}
+
+    # -- weights and control (vLLMHttpServer's surface)
+
+    def update_weights(self, state: dict, global_steps: int | None = None) -> dict:
+        """Copy the actor's tensors in, every one by name; a name the model lacks is an error."""
+        import torch
+
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        unknown = sorted(set(state) - set(params))
+        if unknown:
+            raise KeyError(f"the actor sent tensors this model does not have: {unknown[:5]}")
+
+        def load() -> None:
+            with torch.no_grad():
+                for name, tensor in state.items():
+                    params[name].copy_(tensor)
+
+        self.gate.write(load)
+        self.weight_version += 1
+        self.global_steps = global_steps
+        tied = getattr(self.model.config, "tie_word_embeddings", False)
+        missing = sorted(n for n, _ in self.model.named_parameters() if n not in state
+                         and not (tied and n == "lm_head.weight"))
+        return {"loaded": len(state), "missing": missing, "weight_version": self.weight_version}
+
+    def stats(self) -> dict:
+        return {**self.counts, "weight_version": self.weight_version, "global_steps": self.global_steps,
+                "port": self.port}
+
+    def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None  # weights and cache live in host memory: nothing to bring back
+
+    async def sleep(self) -> None:
+        return None
+
+    async def wait_for_requests_to_drain(self) -> None:
+        while self._running:
+            await asyncio.sleep(0.05)
+
+    async def abort_all_requests(self) -> dict:
+        return {"aborted_count": 0, "request_ids": []}  # sync training: nothing is in flight here
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None  # the cache is per request
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+def server_name(rollout_name: str, replica_rank: int) -> str:
+    return f"{rollout_name}_cpu_server_{replica_rank}"
+
+
+@cache
+def verl_classes() -> dict[str, type]:
+    """CpuServerAdapter and CpuReplica: subclasses of VERL's, built on first use (VERL imports torch and
+    ray, so this module imports without them)."""
+    import ray
+    from verl.workers.rollout.base import BaseRollout
+    from verl.workers.rollout.replica import RolloutReplica
+
+    class CpuServerAdapter(BaseRollout):
+        """In the actor worker: VERL's checkpoint engine hands it the weights, it sends them to its server."""
+
+        def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
+            super().__init__(config, model_config, device_mesh)
+            rank = int(os.environ.get("RANK", 0))
+            world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                     * self.config.pipeline_model_parallel_size)
+            self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+            self.rollout_rank = rank % world
+            self.is_leader_rank = self.rollout_rank == 0
+            self._server = None
+
+        def server(self):
+            if self._server is None:
+                self._server = ray.get_actor(server_name(self.config.name, self.replica_rank))
+            return self._server
+
+        async def resume(self, tags: list[str]) -> None:
+            return None
+
+        async def release(self) -> None:
+            return None
+
+        async def update_weights(self, weights, global_steps: int | None = None, **kwargs) -> None:
+            state = {}
+            for name, tensor in weights:  # a generator: it must be drained on every rank
+                tensor = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+                state[name] = tensor.detach().to("cpu", copy=True)
+            if self.is_leader_rank:
+                result = await self.server().update_weights.remote(state, global_steps)
+                if result["missing"]:
+                    logger.warning("CPU rollout: the actor sent no weights for %s", result["missing"][:5])
+
+
+    class CpuReplica(RolloutReplica):
+        async def launch_servers(self) -> None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            node = None
+            if self.workers:  # next to the replica's first worker, as vLLM's servers are
+                node = await self.workers[0].__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+            options = {"name": server_name(self.config.name, self.replica_rank), "num_cpus": 0,
+                       "max_concurrency": self.max_concurrency}
+            if node:
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+            path = self.model_config.path if hasattr(self.model_config, "path") else self.model_config["path"]
+            server = ray.remote(CpuLLMServer).options(**options).remote(
+                path, self.config.max_model_len, self.config.max_num_seqs, self.config.logprobs_mode,
+                self.config.response_length, self.replica_rank)
+            host, port = await server.launch_server.remote()
+            self.servers = [server]
+            self._server_handle = server
+            self._server_address = f"{host}:{port}"
+
+    return {"CpuServerAdapter": CpuServerAdapter, "CpuReplica": CpuReplica}
+
+
+def __getattr__(name: str) -> type:
+    """`agentic_rl.edge.cpu_rollout.CpuServerAdapter`, the name VERL's rollout registry imports."""
+    if name in ("CpuServerAdapter", "CpuReplica"):
+        return verl_classes()[name]
+    raise AttributeError(name)
+
+
+def register(name: str = ROLLOUT_NAME) -> None:
+    """Map `name` to the CPU classes in VERL's two rollout registries (see edge/cpu_train.STAND_INS)."""
+    from verl.workers.rollout import base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(name, lambda: verl_classes()["CpuReplica"])
+    base._ROLLOUT_REGISTRY[(name, "async")] = f"{__name__}.CpuServerAdapter"

@@ -1,0 +1,172 @@
+"""One real CPU training run on the tiny model, built once and shared by many tests.
+
+`start_training.sh --cpu-steps 2` on assets/example cut to 4 train / 2 test rows, with the tiny
+Qwen2 (tools/make_tiny_model.py, 22.75K parameters, used byte for byte) and a graded judge (the
+share of digits in the answer) so GRPO's advantages are not all zero. Everything is the bundle's
+and VERL's own: gateway, controller, bundled agent, judge, run_ppo, Ray, the FSDP engine, GRPO,
+the checkpoint engine, checkpoints; only the GPU-only parts are the stand-ins of edge/cpu_train.py.
+
+Any test module takes it with conftest's module-scoped fixture `cpu_run` (one run per module that
+asks for it; `verl_venv` skips where .venv-verl is missing):
+
+    def test_x(cpu_run):
+        assert cpu_run.status["status"] == "completed"
+
+cpu_run.run("--resume", "--cpu-steps", "3") continues the same folder (after the tests that need the
+first run's state: a module orders them).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from agentic_rl import run_dir
+from agentic_rl.edge import procs
+from conftest import ROOT, run_script
+from make_tiny_model import make_tiny_model
+
+VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
+TRAIN_ROWS, TEST_ROWS = 4, 2
+# Test-only overrides: Ray on loopback, without usage stats or token auth (as tests/test_ray_mode.py).
+TEST_OVERRIDES = ["+ray_kwargs.ray_init._node_ip_address=127.0.0.1"]
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+GRADED_JUDGE = (
+    "def compute_reward(response, ground_truth, metadata):\n"
+    "    # graded: the share of digits, so a random model's answers differ in reward\n"
+    "    chars = response.replace(' ', '')\n"
+    "    return sum(c.isdigit() for c in chars) / max(1, len(chars))\n")
+RUN_TIMEOUT_S = 900.0  # a quiet 2-core machine needs ~2 minutes; a loaded one far more
+
+
+def verl_venv_problem() -> str | None:
+    if not VERL_PY.exists():
+        return "no .venv-verl (make verl-venv builds it)"
+    probe = subprocess.run([str(VERL_PY), "-c", "import importlib.util as u; "
+                            "print(all(u.find_spec(m) for m in ('verl', 'agentlightning', 'ray', 'einops')))"],
+                           capture_output=True, text=True, timeout=60)
+    return None if probe.stdout.strip() == "True" else ".venv-verl lacks verl/agentlightning/einops (make verl-venv)"
+
+
+def make_task(root: Path) -> Path:
+    """assets/example cut to 4/2 rows, the tiny model, a graded judge, lr 1e-3 (so weights visibly move)."""
+    task = root / "task"
+    shutil.copytree(ROOT / "assets" / "example", task)
+    for name, n in (("train.jsonl", TRAIN_ROWS), ("test.jsonl", TEST_ROWS)):
+        lines = (task / name).read_text().splitlines()[:n]
+        (task / name).write_text("\n".join(lines) + "\n")
+    agent = json.loads((task / "agent.json").read_text())
+    (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 16}))
+    (task / "judge.py").write_text(GRADED_JUDGE)
+    cfg = json.loads((task / "config.json").read_text())
+    cfg["data"].update(max_prompt_length=128, dataloader_num_workers=0)
+    cfg["actor_rollout_ref"]["actor"]["optim"] = {"lr": 1e-3}
+    cfg["trainer"].update(save_freq=1, test_freq=-1, val_before_train=False)
+    (task / "config.json").write_text(json.dumps(cfg, indent=1))
+    return task
+
+
+@dataclass
+class CpuRun:
+    root: Path
+    task: Path
+    out: Path
+    models: Path
+    env: dict
+    run_ids: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    started: subprocess.CompletedProcess | None = None
+    status: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def model(self) -> Path:
+        return self.models / "tiny"
+
+    def start(self, *extra: str, overrides: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        return run_script("start_training.sh", "--input-dir", str(self.task), "--output-dir", str(self.out), *extra,
+                          "--", *TEST_OVERRIDES, *overrides, env=self.env, timeout=180)
+
+    def run(self, *extra: str, overrides: tuple[str, ...] = (), watch=None) -> dict:
+        """Start, wait for the final status and the job's exit; the final status. watch(status) is
+        called at every poll (bench/cpu_train_bench.py samples the run's memory there)."""
+        began = time.monotonic()
+        self.started = self.start(*extra, overrides=overrides)
+        assert self.started.returncode == 0, self.started.stdout + self.started.stderr
+        st = run_dir.read_status(self.out) or {}
+        self.run_ids.append(st["run_id"])
+        pid = st["pid"]
+
+        def ended() -> dict | None:
+            s = run_dir.read_status(self.out) or {}
+            self._read_key(s)
+            if watch is not None:
+                watch(s)
+            return s if s.get("end_time") and s.get("pid") == pid else None
+
+        self.status = wait_for(ended, "the final status", self.out, RUN_TIMEOUT_S)
+        wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+                 "the job to exit", self.out, 30)
+        self.wall_s = time.monotonic() - began
+        return self.status
+
+    def _read_key(self, st: dict) -> None:
+        """The run's gateway key, read from the live gateway's environment (the run writes it nowhere),
+        so the tests can prove it is in no log."""
+        gateway = ((st.get("services") or {}).get("gateway") or {}).get("pid")
+        if gateway and len(self.keys) < len(self.run_ids):
+            try:
+                key = psutil.Process(gateway).environ().get("ARL_AGL_KEY")
+            except psutil.Error:
+                return
+            if key:
+                self.keys.append(key)
+
+    def script(self, name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return run_script(name, *args, env=self.env, timeout=timeout)
+
+    def metrics(self, attempt: int = 1) -> list[dict]:
+        path = self.out / run_dir.METRICS_DIR / f"attempt-{attempt:04d}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def cleanup(self) -> dict:
+        left = {rid: [p.pid for p in procs.find_run_processes(rid)] for rid in self.run_ids}
+        for rid in self.run_ids:
+            procs.kill_run(rid)
+        shutil.rmtree(self.root, ignore_errors=True)
+        return left
+
+
+def wait_for(predicate, what: str, out: Path, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    log = (out / run_dir.LOG_FILE).read_text(errors="replace")[-6000:] if (out / run_dir.LOG_FILE).exists() else ""
+    raise AssertionError(f"timed out waiting for {what}; status {run_dir.read_status(out)}; log:\n{log}")
+
+
+def new_run(steps: int = 2, watch=None) -> CpuRun:
+    """Build the task and run `start_training.sh --cpu-steps STEPS` to its end."""
+    root = Path(tempfile.mkdtemp(prefix="arl-cpu-"))
+    models = root / "models"
+    make_tiny_model(models / "tiny")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="arl-ray-", dir=root))  # short: Ray's socket paths are capped
+    env = {**RAY_ENV, "EVO_MODELS_DIR": str(models), "HF_HOME": str(root / "hf-home"), "RAY_TMPDIR": str(ray_tmp),
+           "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs")}
+    env.pop("PYTHON", None)
+    run = CpuRun(root, make_task(root), root / "out", models, env)
+    try:
+        run.run("--cpu-steps", str(steps), watch=watch)
+    except BaseException:
+        run.cleanup()  # a failed start leaves no process and no folder behind either
+        raise
+    return run

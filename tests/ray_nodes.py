@@ -75,7 +75,7 @@ class Cluster:
         cmd = [str(self.ray_bin), "start", *args, f"--num-gpus={gpus}", f"--num-cpus={cpus}",
                f"--node-ip-address={NODE_IP}", f"--node-name={name}", f"--temp-dir={temp}",
                "--object-store-memory=80000000", "--disable-usage-stats",
-               *(f"{flag}={port}" for flag, port in zip(PORT_FLAGS, ports)),
+               *(f"{flag}={port}" for flag, port in zip(PORT_FLAGS, ports[:len(PORT_FLAGS)], strict=True)),
                f"--min-worker-port={ports[-2]}", f"--max-worker-port={ports[-2] + 40}"]
         proc = subprocess.run(cmd, env={**self.env, **env}, capture_output=True, text=True, timeout=180,
                               stdin=subprocess.DEVNULL)

@@ -307,10 +307,12 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
     assert doctest.testmod(samples).failed == 0
     import subprocess
 
-    code = "import sys, agentic_rl.agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
+    code = "import sys, agentic_rl.agents.template, agentic_rl.agents.tool_agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
-    assert proc.stdout.strip() == "['agentic_rl', 'agentic_rl.agent', 'agentic_rl.cli', 'agentic_rl.files', 'agentic_rl.run_dir', 'agentic_rl.task']"
+    assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
+                                   "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
+                                   "'agentic_rl.files', 'agentic_rl.run_dir', 'agentic_rl.task']")
 
 
 def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs):  # noqa: F811

@@ -14,8 +14,9 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
     ray_kwargs.ray_init.runtime_env.env_vars   VERL's defaults (get_ppo_ray_runtime_env: run_ppo merges
                                       runtime envs shallowly, so a user env_vars would drop them), then
                                       the user's, then VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
-    agentlightning.local.agent_class  agentic_rl.agent:TemplateJudgeAgent, or with agent.json's
-                                      agent_class agentic_rl.agent:TaskFolderAgent, which imports that
+    agentlightning.local.agent_class  agentic_rl.agents.template:TemplateJudgeAgent; with tools.py in the task
+                                      folder agentic_rl.agents.tool_agent:ToolAgent; with agent.json's
+                                      agent_class agentic_rl.agents.template:TaskFolderAgent, which imports that
                                       class (ARL_AGENT_CLASS) with the task folder on sys.path after the
                                       standard library: the services' PYTHONPATH never has the task folder
     agentlightning.local.env_map      ARL_ROW <- input.arl_row: each row travels as ONE JSON string,
@@ -45,8 +46,9 @@ from typing import Any
 
 from agentic_rl import cli, config_values, files, run_dir, task
 
-BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
-TASK_FOLDER_AGENT = "agentic_rl.agent:TaskFolderAgent"
+BUNDLED_AGENT = "agentic_rl.agents.template:TemplateJudgeAgent"
+TOOL_AGENT = "agentic_rl.agents.tool_agent:ToolAgent"
+TASK_FOLDER_AGENT = "agentic_rl.agents.template:TaskFolderAgent"
 ROW_ENV = "ARL_ROW"
 ROW_FIELD = "arl_row"
 
@@ -169,6 +171,14 @@ def check_context(model: str, cfg: Any) -> None:
         raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
 
 
+def agent_class_for(input_dir: Path, agent: dict) -> str:
+    """The agent_class Agent Lightning runs: agent.json's own (through TaskFolderAgent), else the tool
+    agent when the task folder has tools.py, else the one-call template agent."""
+    if agent.get("agent_class"):
+        return TASK_FOLDER_AGENT
+    return TOOL_AGENT if (Path(input_dir) / "tools.py").is_file() else BUNDLED_AGENT
+
+
 def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
     """(resume_mode to force or None to keep the user's, step resumed from)."""
     step = run_dir.latest_checkpoint(output_dir)
@@ -221,7 +231,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     env_vars.update(_get(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
     env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
-    _set(cfg, "agentlightning.local.agent_class", TASK_FOLDER_AGENT if agent.get("agent_class") else BUNDLED_AGENT)
+    _set(cfg, "agentlightning.local.agent_class", agent_class_for(run.input_dir, agent))
     env_map = _get(cfg, "agentlightning.local.env_map") or {}
     from agentic_rl import config_checks
 

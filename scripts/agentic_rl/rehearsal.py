@@ -130,7 +130,7 @@ def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = Non
 # A rehearsal ends `failed` after this many rollouts failed in a row (a dead --model-endpoint fails
 # every rollout, each after the gateway's ~15 s of retries: no need to wait for all of them).
 CONSECUTIVE_FAILURES_MAX = 8
-MODEL_CALL_FAILED = "model call failed"  # the bundled agent's reward reason when the model call fails
+FAILURE_MODEL = "model_endpoint"  # a reward's data["failure"] when the agent's model call failed (agents/kit.py)
 
 
 class TooManyFailures(BaseException):
@@ -144,11 +144,13 @@ class TooManyFailures(BaseException):
 
 def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
     """(reason, the model endpoint's fault?) of a failed rollout from its gateway events: the agent's
-    reward reason, else a model call's error status, else the controller's error_message."""
+    reward reason, else a model call's error status, else the controller's error_message. The endpoint
+    is at fault when the agent says so (reward data "failure": "model_endpoint", references/agents.md)
+    or the gateway saw the model answer an HTTP error; the reason's wording classes nothing."""
     for event in reversed(events or []):
         data = event.get("data") or {}
         if event.get("event_type") == "reward" and isinstance(data.get("reason"), str):
-            return data["reason"], data["reason"].startswith(MODEL_CALL_FAILED)
+            return data["reason"], data.get("failure") == FAILURE_MODEL
     for event in reversed(events or []):
         data = event.get("data") or {}
         status = data.get("http_status")

@@ -60,7 +60,7 @@ processes, or processes of a run whose folder was deleted at this path) holds th
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--rehearse [--model-endpoint URL] "
+                                 "[--resume]\n                         [--rehearse [--model-endpoint URL | --oracle FILE] "
                                  "[--sample N]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -75,6 +75,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
                    "instead of the oracle")
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
+    p.add_argument("--oracle", metavar="FILE", help="with --rehearse: the oracle plays these turns per row (tool "
+                   "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     return p
 
@@ -85,8 +87,17 @@ def check_args(args) -> None:
         raise UserError(f"--gpus {args.gpus} is not a list of GPU indices", "write e.g. --gpus 0,1", EXIT_USAGE)
     if args.sample is not None and not args.sample.isdigit():
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
-    if not args.rehearse and (args.model_endpoint or args.sample is not None):
-        raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
+    if not args.rehearse and (args.model_endpoint or args.sample is not None or args.oracle):
+        raise UserError("--model-endpoint, --oracle and --sample work only with --rehearse", "add --rehearse",
+                        EXIT_USAGE)
+    if args.oracle and args.model_endpoint:
+        raise UserError("--oracle and --model-endpoint exclude each other", "the oracle file is what the "
+                        "rehearsal's own model plays: drop one of them", EXIT_USAGE)
+    if args.oracle:
+        from agentic_rl import oracle_turns
+
+        oracle_turns.load(args.oracle)  # a malformed line: Error naming FILE:LINE, before anything starts
+        args.oracle = str(Path(args.oracle).expanduser().resolve())
 
 
 # --------------------------------------------------------------------------- the folder and its lock
@@ -247,6 +258,8 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
         cmd += ["--model-endpoint", args.model_endpoint]
     if args.sample is not None:
         cmd += ["--sample", args.sample]
+    if args.oracle:
+        cmd += ["--oracle", args.oracle]
     return cmd + (["--", *overrides] if overrides else [])
 
 

@@ -25,7 +25,7 @@ PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
 BOM = b"\xef\xbb\xbf"
 
 
-AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class")
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class", "max_turns", "tool_timeout_s", "tool_isolation")
 
 
 AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")

@@ -45,6 +45,8 @@ def solve(r: kit.Rollout) -> str:
                                         opts["tool_isolation"])
             r.counts["tool_calls"] += 1
             r.counts["tool_errors"] += failed
+            if failed:
+                r.counts.setdefault("tool_error", f"{fn.get('name')}: {text}"[:500])  # the first one, for the rehearsal
             messages.append({"role": "tool", "tool_call_id": str(call.get("id") or f"call_{i}"), "content": text})
     r.counts["max_turns_hit"] = True
     r.trajectory = messages

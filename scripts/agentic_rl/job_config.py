@@ -152,11 +152,12 @@ def resolve_model(name: str, rehearse: bool) -> str:
 
 
 
-def check_context(model: str, cfg: Any) -> None:
+def check_context(model: str, cfg: Any, multi_call: bool = False) -> None:
     """The composed lengths against the model's max_position_embeddings (when its folder is here):
     vLLM refuses a longer max_model_len only once the GPUs are up; a longer prompt + response leaves
-    long prompts no room. Failure("config") before anything starts."""
-    from agentic_rl import model_files
+    long prompts no room. For a multi-call agent the trajectory_max_* lengths count (agent_rules).
+    Failure("config") before anything starts."""
+    from agentic_rl import agent_rules, model_files
 
     path = Path(model) / "config.json"
     if not path.is_file():
@@ -166,7 +167,7 @@ def check_context(model: str, cfg: Any) -> None:
     except (OSError, ValueError) as exc:
         cli.print_warning(f"{path}: unreadable ({exc}); the context length is not checked")
         return
-    result = model_files.context_check(limit, *(_get(cfg, k) for k in model_files.CONTEXT_KEYS))
+    result = agent_rules.context_check(limit, lambda key: _get(cfg, key), multi_call)
     if result["status"] == "fail":
         raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
 
@@ -217,7 +218,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     attempt, metrics_file = run_dir.next_metrics_file(out, run.run_id, run.mode)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
-    check_context(model, cfg)
+    check_context(model, cfg, agent_class_for(run.input_dir, agent) != BUNDLED_AGENT)
     if run.gpus:
         _set(cfg, "trainer.n_gpus_per_node", len(run.gpus))
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))

@@ -116,7 +116,7 @@ def test_a_failing_tool_gives_the_model_an_error_and_never_raises(tmp_path, isol
 def test_a_tool_that_ends_its_process_ends_only_the_child(tmp_path):
     (tmp_path / "tools.py").write_text("import os\ndef die(x: int) -> int:\n    '''Exit.'''\n    os._exit(3)\n")
     fns, _, _ = toolbox.load(tmp_path)
-    text, failed = toolbox.call(fns, "die", '{"x": 1}')
+    text, failed = toolbox.call(fns, "die", '{"x": 1}', isolation="process")
     assert failed and "exited with code 3" in text
 
 
@@ -212,3 +212,18 @@ def test_a_bug_in_a_custom_agents_tool_branch_fails_the_scripted_rehearsal(tool_
     st, rep = rehearse(tool_task, out2, runs, "--oracle", str(ORACLE))
     assert st["status"] == "failed" and st["failed_component"] == "agent", st
     assert "NameError: name 'calculate' is not defined" in st["reason"]
+
+
+def test_the_custom_agent_of_examples_md_rehearses_its_tool_loop(tool_task, tmp_path, runs):
+    """examples.md's "A custom agent", as printed there, through the real gateway with the oracle's tool calls."""
+    text = (ROOT / "examples.md").read_text()
+    code = text.split('"""my_agent.py: a calculator agent of your own."""', 1)[1].split("```", 1)[0]
+    (tool_task / "my_agent.py").write_text('"""my_agent.py."""' + code)
+    agent = json.loads((tool_task / "agent.json").read_text())
+    (tool_task / "agent.json").write_text(json.dumps({**agent, "agent_class": "my_agent:CalcAgent"}))
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs, "--oracle", str(ORACLE))
+    assert st["status"] == "completed", st.get("reason")
+    assert rep["mean_reward"] == 1.0 and rep["tool_calls"] == sum(r["tool_calls"] for r in rep["rows"]) > 0
+    # agent.json's agent_class wins over tools.py (which it imports itself)
+    assert "agent_class: agentic_rl.agents.template:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()

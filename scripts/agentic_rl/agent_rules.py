@@ -41,7 +41,7 @@ PARSERS_BY_NAME = (("qwen", "hermes"), ("llama-3", "llama3_json"), ("llama3", "l
                    ("mixtral", "mistral"), ("granite", "granite"), ("deepseek-v3", "deepseek_v3"))
 AGENT_SETTINGS = {"max_turns": "a positive integer (model calls per rollout, default 8)",
                   "tool_timeout_s": "a positive number of seconds per tool call (default 30)",
-                  "tool_isolation": '"process" (default) or "thread"'}
+                  "tool_isolation": '"thread" (default) or "process"'}
 
 
 def multi_call(input_dir: Path, agent: dict) -> str | None:

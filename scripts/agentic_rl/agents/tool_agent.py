@@ -13,7 +13,7 @@ agent.json keys (references/agents.md):
 
     max_turns        model calls per rollout, default 8
     tool_timeout_s   seconds per tool call, default 30
-    tool_isolation   "process" (default: each call in a forked child) or "thread" (in the agent)
+    tool_isolation   "thread" (default: in the agent's process) or "process" (each call in a forked child)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def settings(agent: dict) -> dict:
     """agent.json's tool settings with their defaults (validate_data checks their types)."""
     return {"max_turns": int(agent.get("max_turns") or toolbox.DEFAULT_MAX_TURNS),
             "tool_timeout_s": float(agent.get("tool_timeout_s") or toolbox.DEFAULT_TOOL_TIMEOUT_S),
-            "tool_isolation": agent.get("tool_isolation") or "process"}
+            "tool_isolation": agent.get("tool_isolation") or toolbox.ISOLATIONS[0]}
 
 
 def solve(r: kit.Rollout) -> str:

@@ -73,7 +73,7 @@ def turn_overhead(repeat: int) -> dict:
 
                 agent_ms = _median_ms(agent_run, repeat)
                 url = server.url + "/chat/completions"
-                bare_ms = _median_ms(lambda: [kit.post_json(url, b, "k", 30) for b in bodies], repeat)
+                bare_ms = _median_ms(lambda url=url: [kit.post_json(url, b, "k", 30) for b in bodies], repeat)
                 out[f"{isolation}_agent_ms"] = agent_ms
                 out[f"{isolation}_bare_calls_ms"] = bare_ms
                 out[f"{isolation}_overhead_per_turn_ms"] = round((agent_ms - bare_ms) / out["turns"], 3)
@@ -90,7 +90,7 @@ def tool_call_cost(repeat: int) -> dict:
     direct = _median_ms(lambda: fns["calculator"](**args), repeat)
     out = {"direct_ms": direct}
     for isolation in toolbox.ISOLATIONS:
-        out[f"{isolation}_ms"] = _median_ms(lambda: toolbox.call(fns, "calculator", args, 10, isolation), repeat)
+        out[f"{isolation}_ms"] = _median_ms(lambda how=isolation: toolbox.call(fns, "calculator", args, 10, how), repeat)
     out["process_over_thread_ms"] = round(out["process_ms"] - out["thread_ms"], 3)
     return out
 

@@ -67,7 +67,10 @@ def render_samples(data: dict) -> str:
                              f"{s.get('turns')} turns" + (f", {s['tool_errors']} tool errors"
                                                          if s.get("tool_errors") is not None else "")
                              + (f" ({s['turns_cut']} turns not kept)" if s.get("turns_cut") else ""))
-                lines += ["          " + _indent(sample_turns.render(t)) for t in s["trajectory"]]
+                shown = s["trajectory"]
+                if shown and shown[-1].get("role") == "assistant" and not shown[-1].get("tool_calls"):
+                    shown = shown[:-1]  # the final answer: the response line below
+                lines += ["          " + _indent(sample_turns.render(t)) for t in shown]
             lines.append("response: " + _indent(s.get("response") or ""))
             for key in ("reason", "error"):
                 if s.get(key):

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 from agentic_rl import cli, job_config, rehearsal, run_dir
-from agentic_rl.agents import kit
 from agentic_rl import training_job as main_py
+from agentic_rl.agents import kit
 from agentic_rl.edge import agl, procs
 from conftest import SCRIPTS, run_module, run_script
 from defect_cases import JUDGE_HEAD, RUN_CASES

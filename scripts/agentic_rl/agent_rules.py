@@ -21,8 +21,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl import config_values, model_files, oracle_turns, task
 from agentic_rl.cli import Check

@@ -38,8 +38,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl import cli, run_dir, task
 
@@ -119,6 +120,17 @@ def score(input_dir: str, response: str, row: dict, trajectory: list | None = No
     calls os._exit, kills itself or crashes in C ends that child, not this rollout, and is a
     judge error with the way it ended (a fork costs about a millisecond). A judge whose
     compute_reward takes a `trajectory` parameter gets the rollout's messages there."""
+    result, status = in_fork(lambda: _score_here(input_dir, response, row, trajectory))
+    if result is not None:
+        reward, reason = result
+        return float(reward), reason
+    return 0.0, f"{JUDGE_ERROR}: the judge's process {ended_how(status)} inside judge.py before it returned a reward"
+
+
+def in_fork(work: Callable[[], Any], alarm_s: float | None = None) -> tuple[Any, int]:
+    """(work()'s JSON-able result or None, the child's waitpid status): work runs in a forked child that
+    sends its result back through a pipe, so an os._exit, a signal or a crash in C ends the child, never
+    this process. alarm_s: the child arms SIGALRM (default action: end) so a hang ends it too."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
@@ -127,7 +139,13 @@ def score(input_dir: str, response: str, row: dict, trajectory: list | None = No
         code = 0
         try:
             os.close(read_end)
-            result = _score_here(input_dir, response, row, trajectory)
+            if alarm_s:
+                import math
+                import signal
+
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(max(1, math.ceil(alarm_s)))
+            result = work()
             with os.fdopen(write_end, "w") as out:
                 out.write(json.dumps(result))
             sys.stdout.flush()
@@ -139,10 +157,7 @@ def score(input_dir: str, response: str, row: dict, trajectory: list | None = No
     with os.fdopen(read_end, "rb") as answer:
         raw = answer.read()
     _, status = os.waitpid(pid, 0)
-    if raw:
-        reward, reason = json.loads(raw)
-        return float(reward), reason
-    return 0.0, f"{JUDGE_ERROR}: the judge's process {ended_how(status)} inside judge.py before it returned a reward"
+    return (json.loads(raw) if raw else None), status
 
 
 def ended_how(status: int) -> str:

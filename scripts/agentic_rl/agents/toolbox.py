@@ -31,14 +31,13 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-import math
 import os
-import sys
 import threading
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agentic_rl import task
 
@@ -193,37 +192,14 @@ def _outcome(fn: Callable, args: dict) -> tuple[str, bool]:
 
 
 def _in_child(fn: Callable, args: dict, timeout: float) -> tuple[str, bool]:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: arms its own alarm (default action: end), runs the tool, writes, exits
-        code = 0
-        try:
-            os.close(read_end)
-            import signal
-
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-            signal.alarm(max(1, math.ceil(timeout)))
-            result = _outcome(fn, args)
-            with os.fdopen(write_end, "w") as out:
-                out.write(json.dumps(result))
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:  # noqa: BLE001
-            code = 70
-        os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as answer:
-        raw = answer.read()
-    _, status = os.waitpid(pid, 0)
-    if raw:
-        text, failed = json.loads(raw)
-        return text, bool(failed)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 14:  # SIGALRM: its own timer
-        return f"error: the tool gave no result within {timeout:g} s and was stopped", True
     from agentic_rl.agents import kit
 
+    result, status = kit.in_fork(lambda: _outcome(fn, args), alarm_s=timeout)
+    if result is not None:
+        text, failed = result
+        return text, bool(failed)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 14:  # SIGALRM: the child's own timer
+        return f"error: the tool gave no result within {timeout:g} s and was stopped", True
     return f"error: the tool's process {kit.ended_how(status)} before it returned", True
 
 

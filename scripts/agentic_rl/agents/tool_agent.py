@@ -35,8 +35,10 @@ def solve(r: kit.Rollout) -> str:
     reply: dict = {}
     for _ in range(opts["max_turns"]):
         reply = r.chat(messages, tools=schemas or None)
-        messages.append(reply)
         calls = reply.get("tool_calls") or []
+        # Sent back as the model wrote it, without the server's extra fields (an empty tool_calls list,
+        # reasoning_content: None) that some servers refuse in a request.
+        messages.append({"role": "assistant", "content": reply.get("content"), **({"tool_calls": calls} if calls else {})})
         if not calls:
             return reply.get("content") or ""
         for i, call in enumerate(calls):

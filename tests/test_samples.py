@@ -170,7 +170,10 @@ def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_
     for rid, s in got.items():
         assert s["split"] == ("train" if rid in ("q-c", "q-d") else "val") and s["step"] == 5
         assert s["model_calls"] == 2 and s["response"] == "yes, sure" and s["state"] == "succeeded"
-        assert s["prompt"].startswith(f"[user] {questions[rid]}\n[assistant] \n[user] sure?")
+        # the prompt is the first request's; the later turns are the trajectory, the last reply included
+        assert s["prompt"] == f"[user] {questions[rid]}" and s["turns"] == 2
+        assert [(t["role"], t["content"]) for t in s["trajectory"]] == [
+            ("assistant", ""), ("user", "sure?"), ("assistant", "yes, sure")]
         assert s["finish_reason"] == "stop" and s["response_tokens"] == len("yes, sure")
     assert got["q-d"]["judge_error"] == "judge error: ValueError: no number" and got["q-d"]["reward"] == 0.0
 

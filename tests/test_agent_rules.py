@@ -165,3 +165,14 @@ def test_agent_json_tool_settings_are_checked(tool_task):
 def test_validate_data_in_process_matches(tool_task, capsys):
     assert validate_data.main([str(tool_task), "--sample", "0", "--oracle", str(ORACLE)]) == 0
     assert "calculator(expression: string)" in capsys.readouterr().out
+
+
+def test_a_tool_task_without_tool_parsing_is_refused_at_the_training_launch():
+    from agentic_rl import job_config
+
+    values = {AUTO: True}
+    with pytest.raises(job_config.Failure) as err:
+        job_config.check_tool_parsing(values.get)
+    assert err.value.component == "config" and PARSER in err.value.reason
+    values[PARSER] = "hermes"
+    job_config.check_tool_parsing(values.get)

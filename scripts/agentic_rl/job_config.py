@@ -172,6 +172,17 @@ def check_context(model: str, cfg: Any, multi_call: bool = False) -> None:
         raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
 
 
+def check_tool_parsing(get: Any) -> None:
+    """A tool task trained without vLLM's tool-call parsing never runs a tool: Failure("config") before the GPUs
+    start (validate_data also checks the parser fits the model family)."""
+    from agentic_rl import agent_rules
+
+    missing = [k for k in (agent_rules.AUTO_TOOL_KEY, agent_rules.PARSER_KEY) if not get(k)]
+    if missing:
+        raise Failure("config", f"the task has tools.py but {' and '.join(missing)} not set: the training vLLM would not "
+                                "parse the model's tool calls (validate_data.py names the parser for the model)")
+
+
 def agent_class_for(input_dir: Path, agent: dict) -> str:
     """The agent_class Agent Lightning runs: agent.json's own (through TaskFolderAgent), else the tool
     agent when the task folder has tools.py, else the one-call template agent."""
@@ -233,6 +244,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     env_vars.update({name: os.environ[name] for name in ("VERL_FILE_LOGGER_PATH", run_dir.RUN_ID_ENV)})
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
     _set(cfg, "agentlightning.local.agent_class", agent_class_for(run.input_dir, agent))
+    if not rehearse and agent_class_for(run.input_dir, agent) == TOOL_AGENT:
+        check_tool_parsing(lambda key: _get(cfg, key))
     env_map = _get(cfg, "agentlightning.local.env_map") or {}
     from agentic_rl import config_checks
 

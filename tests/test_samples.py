@@ -315,7 +315,7 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
     assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
                                    "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
-                                   "'agentic_rl.files', 'agentic_rl.run_dir', 'agentic_rl.task']")
+                                   "'agentic_rl.files', 'agentic_rl.run_dir', 'agentic_rl.run_records', 'agentic_rl.task']")
 
 
 def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs):  # noqa: F811

@@ -1,6 +1,13 @@
 """What every CLI shares: the exit-code table, UserError, the one --json envelope and its printer,
 Error/Hint lines, tables, findings (Check) and the argparse front door (run_cli).
 
+Text from models, judges and run files is untrusted, so no control character reaches a terminal raw:
+while a CLI runs, run_cli puts `Visible` in front of stdout and stderr, and every character that could
+steer the terminal (C0/C1 controls but newline and tab, bidi overrides and other format characters,
+line/paragraph separators, lone surrogates) is written as an escape you can read, e.g. `\\x1b`.
+--json stays exact: dumps_json writes those characters as JSON `\\uXXXX` escapes, which parse back to
+the same text and leave nothing for Visible to change.
+
 Only the standard library (and tabulate, lazily) is imported: the bundled agent imports the
 package in every rollout process, so it must stay cheap to import.
 
@@ -12,11 +19,14 @@ package in every rollout process, so it must stay cheap to import.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +79,77 @@ def envelope(ok: bool, *, checks: Any = None, data: Any = None, error: UserError
     return out
 
 
+# Anything but printable ASCII, newline and tab may need a look (the fast path skips plain text whole).
+_MAYBE_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format (bidi, zero-width), separators
+
+
+def _unsafe(ch: str) -> bool:
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def _escaped(match: re.Match) -> str:
+    ch = match.group()
+    if not _unsafe(ch):
+        return ch
+    code = ord(ch)
+    if ch == "\r":  # the overwrite of a line: spelled as everyone reads it
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """text with every character that could steer a terminal written as a visible escape.
+
+    >>> visible("ok\\x1b]52;c;SGk=\\x07 \\u202eevil\\r\\nnext\\tline")
+    'ok\\\\x1b]52;c;SGk=\\\\x07 \\\\u202eevil\\\\r\\nnext\\tline'
+    """
+    return _MAYBE_UNSAFE.sub(_escaped, text) if _MAYBE_UNSAFE.search(text) else text
+
+
+def _json_escaped(match: re.Match) -> str:
+    ch = match.group()
+    if not _unsafe(ch):
+        return ch
+    code = ord(ch)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON spells a character past the BMP as its UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+class Visible:
+    """A text stream in front of another: what is written goes through visible(). Everything else (isatty,
+    fileno, flush, encoding) is the inner stream's; `inner` takes what must pass as is (--watch's redraw)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(visible(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def raw_stdout() -> Any:
+    """stdout without Visible: only for escapes the CLI writes itself (a terminal redraw)."""
+    return getattr(sys.stdout, "inner", sys.stdout)
+
+
+@contextlib.contextmanager
+def raw_output() -> Iterator[None]:
+    """stdout and stderr without Visible for a while: a library's own progress bar (tqdm redraws its line
+    with a carriage return), never text read from a run or a model."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (getattr(s, "inner", s) for s in streams)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
 def json_safe(obj: Any) -> Any:
     """obj with what strict JSON cannot carry made visible: NaN/inf as the strings "nan"/"inf"/"-inf",
     lone surrogates as `\\udXXX` text, other objects as str(). Only called when a value needs it."""
@@ -85,19 +166,31 @@ def json_safe(obj: Any) -> Any:
     return json_safe(str(obj))
 
 
-def dumps_json(obj: Any) -> str:
-    """The text of one strict-JSON (RFC 8259) document: no NaN/Infinity, encodable as UTF-8."""
+def dumps_json(obj: Any, indent: int | None = 2) -> str:
+    """The text of one strict-JSON (RFC 8259) document: no NaN/Infinity, encodable as UTF-8, and no raw
+    character that could steer a terminal (those are `\\uXXXX` escapes: the parsed value is the same).
+    indent None: one line (--watch --json writes JSON Lines)."""
     try:
-        text = json.dumps(obj, indent=2, default=str, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(obj, indent=indent, default=str, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")  # a lone surrogate would fail here, or later on stdout
-        return text
     except (ValueError, UnicodeEncodeError):
-        return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+    # json escapes C0 controls itself; C1, DEL, bidi and the like it writes raw, and only inside strings.
+    return _MAYBE_UNSAFE.sub(_json_escaped, text) if _MAYBE_UNSAFE.search(text) else text
+
+
+_json_lines = False  # one document a line (check_status --watch --json); run_cli resets it
+
+
+def json_lines() -> None:
+    """From now on until this CLI ends, every envelope is one line (JSON Lines), its errors included."""
+    global _json_lines
+    _json_lines = True
 
 
 def print_json(obj: Any) -> None:
     """The one --json printer: always strict JSON, whatever a value holds."""
-    print(dumps_json(obj))
+    print(dumps_json(obj, None if _json_lines else 2))
 
 
 def print_error(message: str, hint: str = "") -> None:
@@ -236,11 +329,17 @@ def split_overrides(argv: list[str] | None) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1:]
 
 
-def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None,
+            visible_output: bool = True) -> int:
     """Parse argv, run body, and turn UserError / unexpected errors into Error/Hint and an exit code.
-    With --json every exit, usage errors included, prints exactly one envelope."""
-    global _emitted
-    _emitted = False
+    With --json every exit, usage errors included, prints exactly one envelope. visible_output: stdout and
+    stderr go through Visible while the CLI runs (False only for the training job, whose output is the
+    log: check_status escapes it when it shows it, and tqdm's carriage returns must stay there)."""
+    global _emitted, _json_lines
+    _emitted = _json_lines = False
+    streams = sys.stdout, sys.stderr
+    if visible_output:
+        sys.stdout, sys.stderr = Visible(sys.stdout), Visible(sys.stderr)
     try:
         code = _run(body, parser, argv)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then this BrokenPipeError, not "Exception ignored"
@@ -248,6 +347,9 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
     except BrokenPipeError:  # `... | head` closed the pipe: nothing left to say, and no one to say it to
         _quiet_stdout()
         return 128 + 13  # as a tool killed by SIGPIPE reports it
+    finally:
+        if visible_output:
+            sys.stdout, sys.stderr = streams
 
 
 def _run(body: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, argv: list[str] | None) -> int:

@@ -13,15 +13,13 @@ complete (check_model's rules) and with the base model's parameter count.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
-from agentic_rl import cli, files, job_config, model_files, run_dir, task
+from agentic_rl import cli, files, job_config, model_files, run_dir, run_records, task
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
 
 EXPORT_DIR = run_dir.EXPORT_DIR
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
 ADAPTER_DIR = "lora_adapter"  # where VERL's merger puts a LoRA adapter inside the target
 
 
@@ -29,15 +27,13 @@ def parse_step(text: str) -> int | None:
     """--step: "latest" (None) or a step number."""
     if text == "latest":
         return None
-    if not text.isdigit():
+    step = run_records.step_text(text)
+    if step is None:
         raise ValueError(f"--step must be a step number or 'latest', got {text!r}")
-    return int(text)
+    return step
 
 
-def step_folders(ckpt_dir: Path) -> list[int]:
-    if not ckpt_dir.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in ckpt_dir.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name)))
+step_folders = run_dir.step_folders
 
 
 def run_state(output_dir: Path) -> dict:
@@ -50,16 +46,12 @@ def run_state(output_dir: Path) -> dict:
 
 def tracker_step(ckpt_dir: Path) -> int | None:
     """The step the tracker names (None when there is no tracker); a garbled tracker is an error."""
-    path = ckpt_dir / run_dir.TRACKER
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-    except FileNotFoundError:
-        return None
-    if not text.isdigit():
-        raise UserError(f"{path}: not a step number: {text[:40]!r}",
+    step, text = run_dir.read_tracker(ckpt_dir)
+    if text is not None:
+        raise UserError(f"{ckpt_dir / run_dir.TRACKER}: not a step number: {text[:40]!r}",
                         "VERL writes the last saved step there; pass --step N for a global_step_N folder you "
                         "know is complete", EXIT_FAIL)
-    return int(text)
+    return step
 
 
 def actor_problems(actor_dir: Path) -> list[str]:

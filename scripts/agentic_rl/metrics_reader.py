@@ -17,7 +17,7 @@ import math
 import re
 from pathlib import Path
 
-from agentic_rl import run_dir
+from agentic_rl import run_dir, run_records
 
 # Both key families (stock VERL, Agent Lightning's loop); where a step has both, the first named wins.
 KEYS = {
@@ -39,25 +39,16 @@ N_ROLLOUTS = "training/n_rollouts"
 NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-finite value means divergence
 
 
-ATTEMPT_NAME = re.compile(r"attempt-(\d+)\.jsonl")
-
-
 def attempt_files(output_dir: Path, attempts: list[int] | None = None) -> list[Path]:
     """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999); with
     attempts (run_dir.run_scope's), only those."""
-    numbered = [(int(m.group(1)), p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
-                if (m := ATTEMPT_NAME.fullmatch(p.name)) and (attempts is None or int(m.group(1)) in attempts)]
+    numbered = [(n, p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
+                if (n := run_dir.attempt_number(p.name)) is not None and (attempts is None or n in attempts)]
     files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / run_dir.METRICS_FILE
     if attempts is None and legacy.is_file() and not legacy.is_symlink():
         files.insert(0, legacy)
     return files
-
-
-def may_be_nonfinite(raw: bytes) -> bool:
-    # VERL's FileLogger writes with orjson, which turns NaN and inf into null; json.dumps (the
-    # rehearsal) writes NaN and Infinity. A memmem scan per line, no regex.
-    return b"null" in raw or b"NaN" in raw or b"Infinity" in raw
 
 
 def is_finite(value) -> bool:
@@ -118,6 +109,8 @@ class HistoryReader:
         self.union: set[str] = set()  # every key any line has
         self.keep = set(SUMMARY_KEYS)
         self.watched: set[str] = set()  # the NAN_KEYS among them
+        self.skipped_lines = 0  # whole lines that are not JSON or have no step in range (run_records.step)
+        self.skipped_values = 0  # metric values dropped: not a number, or past run_records.VALUE_MAX
 
     def read(self) -> History:
         found = []
@@ -143,31 +136,34 @@ class HistoryReader:
             mtimes[attempt] = st.st_mtime
         history = History(map(self.by_step.__getitem__, sorted(self.by_step)))
         history.nonfinite_suspects, history.keys, history.mtimes = set(self.suspects), set(self.union), mtimes
+        history.skipped = {"lines": self.skipped_lines, "values": self.skipped_values}
         return history
 
     def _parse(self, path: Path, attempt: int, offset: int) -> int:
         """Fold the lines from offset on into the state; return the offset after the last whole line."""
         by_step, suspects, union, keep, watched = self.by_step, self.suspects, self.union, self.keep, self.watched
         fast_loads, loads = FAST_LOADS, json.loads
+        metric, nonfinite, step_max = run_records.metric, run_records.nonfinite, run_records.STEP_MAX
         raw = b""
         with path.open("rb") as fh:
             fh.seek(offset)
             for raw in fh:  # the hot loop: one parse per line, the dict read while it is hot
                 try:
                     rec = fast_loads(raw)
-                    suspect = b"null" in raw  # the strict parser took no NaN/Infinity: null is all to look for
                 except ValueError:  # NaN/Infinity, an int past 64 bits, or not JSON at all
                     try:
                         rec = loads(raw)
-                    except ValueError:
+                    except ValueError:  # not JSON: a bad line, unless blank or the writer's unfinished last
+                        self.skipped_lines += raw.endswith(b"\n") and not raw.isspace()
                         continue
-                    suspect = may_be_nonfinite(raw)
-                try:
-                    step, data = rec["step"], rec.get("data")
-                    if type(step) is not int:
-                        step = int(step)
-                except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                    except RecursionError:
+                        self.skipped_lines += 1
+                        continue
+                step = rec.get("step") if type(rec) is dict else None
+                if type(step) is not int or not 0 <= step <= step_max:  # run_records.step, inlined: the hot loop
+                    self.skipped_lines += raw.endswith(b"\n")
                     continue
+                data = rec.get("data")
                 if type(data) is not dict:
                     data = {}
                 if not union.issuperset(data):  # new key names: rare after the first steps
@@ -175,8 +171,13 @@ class HistoryReader:
                     watched.update(k for k in data if NAN_KEYS.search(k))
                     keep.update(k for k in data if k.startswith(DROPPED_PREFIX) or k in watched)
                 kept = data.keys() & keep
-                if suspect and any(not is_finite(data[k]) for k in kept & watched):
-                    suspects.add(step)  # exact: a metric that is null every step costs no later scan
+                bad = [k for k in kept if not metric(data[k])]
+                if bad:  # a loss gone NaN stays (the divergence flag reads it); damage is dropped and counted,
+                    dropped = [k for k in bad if not (k in watched and nonfinite(data[k]))]
+                    self.skipped_values += sum(data[k] is not None for k in dropped)  # null: no value, not damage
+                    kept.difference_update(dropped)
+                    if len(dropped) < len(bad):
+                        suspects.add(step)  # exact: a metric that is null every step costs no later scan
                 if len(kept) != len(data):
                     data = {k: data[k] for k in kept}
                 prev = by_step.get(step)
@@ -190,8 +191,9 @@ class HistoryReader:
 
 
 def load_history(output_dir: Path, attempts: list[int] | None = None) -> History:
-    """[{"step", "data", "attempt"}] in step order; a bad or partial line is skipped. Steps keep only
-    the keys the summary reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs).
+    """[{"step", "data", "attempt"}] in step order; a bad line or value (run_records' rules) is skipped and
+    counted in .skipped; a partial last line is read again next time. Steps keep only the keys the summary
+    reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs).
     attempts: only these (run_dir.run_scope's); None: every attempt."""
     return HistoryReader(output_dir, attempts).read()
 
@@ -264,3 +266,4 @@ class History(list):
         self.keys: set[str] | None = None
         self.mtimes: dict[int, float] = {}  # attempt -> its file's mtime when read
         self.series_cache: dict[str, list[tuple[int, float]]] = {}
+        self.skipped = {"lines": 0, "values": 0}  # what the reader refused (run_records' rules)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from agentic_rl import run_records
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 from agentic_rl.files import atomic_write_json, atomic_write_text
 
@@ -444,12 +444,19 @@ def log_tail(output_dir: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
 # --------------------------------------------------------------------------- metrics attempts
 
 
+def attempt_number(name: str, suffix: str = ".jsonl") -> int | None:
+    """N of a file named attempt-N<suffix> in O/metrics (run_records.step_text's digits), else None."""
+    if not (name.startswith("attempt-") and name.endswith(suffix)):
+        return None
+    return run_records.step_text(name[len("attempt-"):len(name) - len(suffix)])
+
+
 def next_metrics_file(output_dir: Path, run_id: str | None = None, mode: str | None = None) -> tuple[int, Path]:
     """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it. With run_id, its
     record attempt-NNNN.run.json too: whose attempt it is, and whether it continues the checkpoints' run."""
     mdir = output_dir / METRICS_DIR
     mdir.mkdir(parents=True, exist_ok=True)
-    numbers = [int(m.group(1)) for p in mdir.glob("attempt-*.jsonl") if (m := re.match(r"attempt-(\d+)\.jsonl$", p.name))]
+    numbers = [n for p in mdir.glob("attempt-*.jsonl") if (n := attempt_number(p.name)) is not None]
     attempt = max(numbers, default=0) + 1
     path = mdir / f"attempt-{attempt:04d}.jsonl"
     if run_id:
@@ -473,13 +480,13 @@ def attempt_records(output_dir: Path) -> dict[int, dict]:
     """{attempt number: its record} for the attempts that have one (folders from before records have none)."""
     out = {}
     for path in (Path(output_dir) / METRICS_DIR).glob(f"attempt-*{ATTEMPT_RECORD_SUFFIX}"):
-        m = re.fullmatch(rf"attempt-(\d+){re.escape(ATTEMPT_RECORD_SUFFIX)}", path.name)
+        n = attempt_number(path.name, ATTEMPT_RECORD_SUFFIX)
         try:
-            record = json.loads(path.read_text(encoding="utf-8")) if m else None
-        except (OSError, ValueError):
+            record = json.loads(path.read_text(encoding="utf-8")) if n is not None else None
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(record, dict):
-            out[int(m.group(1))] = record
+            out[n] = run_records.attempt_fields(record)
     return out
 
 
@@ -517,13 +524,15 @@ def trained_past(metrics_file: Path, step: int) -> bool:
     """Whether this attempt's metrics file logged any step after `step` (verl PR#5725: a resumed run
     that had nothing left to do exits 0 without a step)."""
     try:
-        with open(metrics_file, encoding="utf-8") as fh:
+        with open(metrics_file, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
-                    if int(json.loads(line).get("step", -1)) > step:
-                        return True
-                except (ValueError, TypeError, AttributeError):
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):
                     continue
+                logged = run_records.step(rec.get("step")) if isinstance(rec, dict) else None
+                if logged is not None and logged > step:
+                    return True
     except OSError:
         return False
     return False
@@ -536,21 +545,37 @@ def checkpoints_dir(output_dir: Path) -> Path:
     return Path(output_dir) / CHECKPOINTS_DIR
 
 
+def read_tracker(ckpt_dir: Path) -> tuple[int | None, str | None]:
+    """(step, text): the step VERL's tracker file names (None: no tracker, or not a step number); text is
+    what the file holds when it is not a step number (run_records.step_text: ASCII digits, in range)."""
+    try:
+        text = (Path(ckpt_dir) / TRACKER).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None, None
+    step = run_records.step_text(text)
+    return step, None if step is not None else text.strip()
+
+
 def latest_checkpoint(output_dir: Path) -> int | None:
     """The step in VERL's tracker file when its global_step_N folder exists."""
     ckpt = checkpoints_dir(output_dir)
+    step = read_tracker(ckpt)[0]
+    return step if step is not None and (ckpt / f"global_step_{step}").is_dir() else None
+
+
+def step_folders(ckpt_dir: Path) -> list[int]:
+    """The steps of the global_step_N folders in ckpt_dir, in order (a name that is no step is not one)."""
     try:
-        step = int((ckpt / TRACKER).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return step if (ckpt / f"global_step_{step}").is_dir() else None
+        names = [p.name for p in Path(ckpt_dir).iterdir() if p.name.startswith("global_step_") and p.is_dir()]
+    except OSError:
+        return []
+    return sorted(s for name in names if (s := run_records.step_text(name.removeprefix("global_step_"))) is not None)
 
 
 def checkpoint_steps(output_dir: Path) -> dict:
     """{latest, steps, dir}: the tracker's step and every global_step_N folder present."""
     ckpt = checkpoints_dir(output_dir)
-    steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in ckpt.glob("global_step_*") if p.name.rsplit("_", 1)[1].isdigit())
-    return {"latest": latest_checkpoint(output_dir), "steps": steps, "dir": str(ckpt)}
+    return {"latest": latest_checkpoint(output_dir), "steps": step_folders(ckpt), "dir": str(ckpt)}
 
 
 def saves_no_checkpoints(save_freq: Any) -> bool:

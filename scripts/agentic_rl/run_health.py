@@ -53,7 +53,9 @@ MAX_TURNS_SHARE_MAX = 0.1  # rollouts that ran out of max_turns before a final a
 MERGE_MISMATCH = "training/n_trace_merge_mismatch_rows"  # Agent Lightning: trajectories that did not merge
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
-ROLLOUT_LINE = re.compile(r"AglRolloutManager: completed=(\d+)/(\d+) succeeded=(\d+) failed=(\d+)")
+# ASCII digits, at most 12: a log line is untrusted, and int() refuses 5000 digits (or takes "٣").
+ROLLOUT_LINE = re.compile(r"AglRolloutManager: completed=([0-9]{1,12})/([0-9]{1,12}) succeeded=([0-9]{1,12}) "
+                          r"failed=([0-9]{1,12})\b")
 PHASES = (  # the last of these seen in the log names the phase a stalled run is in
     ("loading model", re.compile(r"(from_pretrained|Loading checkpoint shards|model load|init_model)", re.I)),
     ("vLLM start", re.compile(r"(vllm|KV cache|cuda graph)", re.I)),

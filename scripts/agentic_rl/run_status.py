@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from agentic_rl import files, metrics_reader, run_dir, run_health, samples
+from agentic_rl import files, metrics_reader, run_dir, run_health, run_records, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 
@@ -109,6 +109,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
     # A damaged record is read for nothing but what was proved without it (the lock holder).
     st = state["record"] if not state["damaged"] or state["source"] == "lock" else {}
+    st, bad_fields = run_records.status_fields(st or {})
     status, detail, problem = st.get("status"), st.get("detail"), None
     if state["damaged"]:
         status, detail, problem = ("running" if state["alive"] else "failed"), "status file damaged", state["damaged"]
@@ -132,13 +133,14 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     errors_file = output_dir / run_dir.JUDGE_ERRORS_FILE
     judge_errors = (count_lines(errors_file) if scope is None
                     else sum(count_lines(errors_file, start, end) for start, end in scope["judge_errors"]))
-    rehearsal = files.read_json_file(output_dir / run_dir.REHEARSAL_FILE) if (output_dir / run_dir.REHEARSAL_FILE).is_file() else None
-    if isinstance(rehearsal, dict) and rehearsal.get("run_id") not in (None, st.get("run_id")):
-        rehearsal = None  # an earlier run's
+    rehearsal, bad_rehearsal = run_records.rehearsal_fields(read_rehearsal(output_dir))
+    if rehearsal and rehearsal.get("run_id") not in (None, st.get("run_id")):
+        rehearsal, bad_rehearsal = None, []  # an earlier run's
     rollouts = (rehearsal or {}).get("rollouts")
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), output_dir, scope)
+    recent = samples.read(output_dir, recent_only=True)
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope)
              + rollout_failure_flags(st.get("rollout_failures")))
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
@@ -157,7 +159,38 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "rollout_failures": st.get("rollout_failures"),
         "stall": run_health.stall(history, st, log, state["alive"]),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
+        "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped, len(bad_fields) + len(bad_rehearsal)),
     }
+
+
+def read_rehearsal(output_dir: Path):
+    """O/rehearsal.json's content, None without one, or the string "damaged" (not JSON, unreadable)."""
+    path = output_dir / run_dir.REHEARSAL_FILE
+    if not path.is_file():
+        return None
+    try:
+        return files.read_json_file(path)
+    except (UserError, OSError, RecursionError):
+        return "damaged"
+
+
+def skipped(metrics_lines: int, metric_values: int, sample_lines: int, record_fields: int = 0) -> dict:
+    """What the readers refused (run_records' rules: wrong type, out of range, not JSON), by kind;
+    record_fields: of training.status and rehearsal.json."""
+    return {"metrics_lines": metrics_lines, "metric_values": metric_values, "sample_lines": sample_lines,
+            "record_fields": record_fields}
+
+
+def skipped_text(counts: dict) -> str | None:
+    """The count of refused lines and values as one line of text; None when nothing was refused."""
+    names = {"metrics_lines": "metrics line", "metric_values": "metric value", "sample_lines": "samples line",
+             "record_fields": f"{run_dir.STATUS_FILE} or {run_dir.REHEARSAL_FILE} field"}
+    parts = [f"{n} {names[k]}{'s' if n != 1 else ''}" for k, n in counts.items() if n]
+    if not parts:
+        return None
+    return (f"{', '.join(parts)} skipped: not JSON, a wrong type, or out of range (a step in [0, "
+            f"{run_records.STEP_MAX}], a finite number within {run_records.VALUE_MAX:g}); see "
+            "references/run-folder.md")
 
 
 def rollout_failure_flags(record: dict | None) -> list[dict]:
@@ -193,9 +226,9 @@ def scoped(found: list[dict], scope: dict | None) -> list[dict]:
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
-def with_sample_flags(flags: list[dict], output_dir: Path, scope: dict | None = None) -> list[dict]:
+def with_sample_flags(flags: list[dict], recent: list[dict], scope: dict | None = None) -> list[dict]:
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
-    return flags + run_health.sample_flags(scoped(samples.read(output_dir, recent_only=True), scope), judged)
+    return flags + run_health.sample_flags(scoped(recent, scope), judged)
 
 
 def collect_samples(output_dir: Path, args) -> dict:
@@ -204,14 +237,16 @@ def collect_samples(output_dir: Path, args) -> dict:
     if st is None:
         raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
-    every = scoped(samples.read(output_dir), run_dir.run_scope(output_dir, st.get("run_id")))
+    found = samples.read(output_dir)
+    every = scoped(found, run_dir.run_scope(output_dir, st.get("run_id")))
     order = "worst" if args.worst else "best" if args.best else "latest"
     chosen = samples.select(every, args.samples, args.split, args.step, order)
     dups = samples.duplicate_responses(run_health.sample_window(every) + chosen)
     return {"status": st.get("status"), "run_id": st.get("run_id"), "order": order, "split": args.split,
             "step": args.step, "samples": [{**s, "marks": samples.marks(s, dups)} for s in chosen],
             "total": len(every), "counts": samples.read_state(output_dir),
-            "flags": run_health.sample_flags(every), "output_dir": str(output_dir)}
+            "flags": run_health.sample_flags(every), "output_dir": str(output_dir),
+            "skipped": skipped(0, 0, found.skipped)}
 
 
 def exit_code(data: dict) -> int:

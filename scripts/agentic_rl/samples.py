@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import files, run_dir, sample_turns
+from agentic_rl import files, run_dir, run_records, sample_turns
 
 DIR = run_dir.SAMPLES_DIR
 VAL, VAL_PREV, TRAIN, TRAIN_OLD, STATE = "val.jsonl", "val.prev.jsonl", "train.jsonl", "train.1.jsonl", "state.json"
@@ -195,10 +195,12 @@ class Writer:
         self.run_id, self.rollouts_per_step = run_id, max(1, int(rollouts_per_step))
         try:
             old = json.loads((self.dir / STATE).read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             old = {}
-        self.state = {"run_id": run_id, "val_step": old.get("val_step"),
-                      **{k: int(old.get(k) or 0) for k in ("seen", "kept", "missed", "gone", "val_dropped")}}
+        old = old if isinstance(old, dict) else {}
+        self.state = {"run_id": run_id, "val_step": run_records.step(old.get("val_step")),
+                      **{k: old.get(k) if run_records.count(old.get(k)) and old.get(k) else 0
+                         for k in ("seen", "kept", "missed", "gone", "val_dropped")}}
 
     def wants(self, rollout_id: str, split: str) -> bool:
         """Count a terminal rollout as seen; True when its sample is to be read and kept."""
@@ -358,10 +360,11 @@ def _last_step(path: Path) -> int | None:
         return None
     for raw in reversed(lines):
         try:
-            step = json.loads(raw).get("step")
-        except (ValueError, AttributeError):
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
             continue
-        if isinstance(step, int):
+        step = run_records.step(rec.get("step")) if isinstance(rec, dict) else None
+        if step is not None:
             return step
     return None
 
@@ -369,7 +372,9 @@ def _last_step(path: Path) -> int | None:
 # --------------------------------------------------------------------------- reading
 
 
-def _lines(path: Path, tail_bytes: int | None) -> list[dict]:
+def _lines(path: Path, tail_bytes: int | None) -> run_records.Records:
+    """The samples of one file; a line that is not a sample (run_records.sample_problem) is counted, not
+    kept. The last line without its newline is being written: neither."""
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -377,31 +382,35 @@ def _lines(path: Path, tail_bytes: int | None) -> list[dict]:
             fh.seek(start)
             raw = fh.read()
     except OSError:
-        return []
+        return run_records.Records()
     chunks = raw.split(b"\n")
     if start:
         chunks = chunks[1:]  # the first one may be a line's end
-    out = []
-    for chunk in chunks:
+    out = run_records.Records()
+    for i, chunk in enumerate(chunks):
+        if not chunk.strip():
+            continue
         try:
             rec = json.loads(chunk)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "rollout_id" in rec:
+        except (ValueError, RecursionError):
+            rec = None
+        if run_records.sample_problem(rec) is None:
             out.append(rec)
+        elif i < len(chunks) - 1:
+            out.skipped += 1
     return out
 
 
-def read(output_dir: Path, recent_only: bool = False, tail_bytes: int = 512 * 1024) -> list[dict]:
-    """The run's samples, oldest first, one per rollout. recent_only: the latest evaluation and the end
-    of train.jsonl, what the health flags look at (check_status reads no more on every refresh)."""
+def read(output_dir: Path, recent_only: bool = False, tail_bytes: int = 512 * 1024) -> run_records.Records:
+    """The run's samples, oldest first, one per rollout; .skipped counts the lines that are no sample.
+    recent_only: the latest evaluation and the end of train.jsonl, what the health flags look at
+    (check_status reads no more on every refresh)."""
     d = Path(output_dir) / DIR
-    if recent_only:
-        found = _lines(d / TRAIN, tail_bytes) + _lines(d / VAL, None)
-    else:
-        found = [s for name in (TRAIN_OLD, TRAIN, VAL_PREV, VAL) for s in _lines(d / name, None)]
-    unique = {s["rollout_id"]: s for s in found}  # a rotation between two reads can show a line twice
-    return sorted(unique.values(), key=lambda s: (str(s.get("time")), str(s.get("rollout_id"))))
+    names = (TRAIN, VAL) if recent_only else (TRAIN_OLD, TRAIN, VAL_PREV, VAL)
+    read_files = [_lines(d / name, tail_bytes if recent_only and name == TRAIN else None) for name in names]
+    unique = {s["rollout_id"]: s for found in read_files for s in found}  # a rotation can show a line twice
+    return run_records.Records(sorted(unique.values(), key=lambda s: (str(s.get("time")), str(s.get("rollout_id")))),
+                               sum(found.skipped for found in read_files))
 
 
 def read_state(output_dir: Path) -> dict:

@@ -460,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             "pgid": os.getpgid(0)})
         return run.execute()
 
-    return cli.run_cli(body, parser, argv)
+    # The job's stdout is training.log: kept as written (check_status escapes it when it shows it).
+    return cli.run_cli(body, parser, argv, visible_output=False)
 
 
 if __name__ == "__main__":

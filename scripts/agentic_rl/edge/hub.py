@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from agentic_rl import cli
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
 
 
@@ -39,7 +40,8 @@ def download(name: str, local_dir: Path) -> Path:
                         "the bundle), or fetch the model by hand and pass --models-dir", EXIT_ENV) from None
     command = download_command(name, local_dir)
     try:
-        return Path(snapshot_download(repo_id=name, local_dir=str(local_dir))).resolve()
+        with cli.raw_output():  # the Hub's progress bars redraw with \r: the one writer Visible lets through
+            return Path(snapshot_download(repo_id=name, local_dir=str(local_dir))).resolve()
     except GatedRepoError as exc:  # before RepositoryNotFoundError: it is one of them
         raise UserError(f"the Hub refuses {name!r} without access: {_first_line(exc)}",
                         "accept the model's licence on its Hub page, then set HF_TOKEN (or run `hf auth login`) "

@@ -93,3 +93,13 @@ def test_agent_flags_from_samples_and_metrics():
     found = [f for f in run_health.flags(history) if f["flag"] == "trace_merge_mismatch"]
     assert found and found[0]["step"] == 2 and found[0]["value"] == 3 and "<think>" in found[0]["hint"]
     assert not [f for f in run_health.flags(history[:1]) if f["flag"] == "trace_merge_mismatch"]
+
+
+def test_a_sample_with_a_hostile_trajectory_is_skipped(tmp_path):
+    from agentic_rl import samples
+
+    good = tool_sample("g", 0)
+    bad = {**tool_sample("b", 0), "trajectory": [{"role": "assistant", "tool_calls": "calculator"}]}
+    (tmp_path / samples.DIR).mkdir()
+    (tmp_path / samples.DIR / samples.VAL).write_bytes(samples.encode(good) + samples.encode(bad))
+    assert [s["rollout_id"] for s in samples.read(tmp_path)] == ["g"]

@@ -23,7 +23,7 @@ state persists between the calls of a rollout, and a hung call is left behind in
 (gone when the rollout's process exits). Isolation "process" runs each call in a forked child:
 a hung tool is ended by the child's own SIGALRM and an os._exit ends only the child, at the
 price of a fork and copy-on-write per call: bench/tool_bench.py measured ~0.3 ms a call in a
-thread against ~40-70 ms forked on the loaded 2-core build machines, so "thread" is the default.
+thread against 25-70 ms forked on the loaded 2-core build machines, so "thread" is the default.
 """
 
 from __future__ import annotations

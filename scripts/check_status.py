@@ -55,7 +55,16 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, metrics_reader, run_dir, run_health, run_status, sample_turns, samples
+from agentic_rl import (
+    cli,
+    learning_signal,
+    metrics_reader,
+    run_dir,
+    run_health,
+    run_status,
+    sample_turns,
+    samples,
+)
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
@@ -146,6 +155,8 @@ def render(data: dict) -> str:
         r = data["rehearsal"]
         rows.append({"item": "rehearsal", "value": f"mean reward {r['mean_reward']}, {r['failed']} failed of "
                                                    f"{r['rollouts']}, {r['judge_errors']} judge errors"})
+    if data.get("learning_signal"):
+        rows.append({"item": "learning signal", "value": learning_signal.summary_line(data["learning_signal"])})
     for name, m in data["latest"].items():
         if name != "judge_errors":
             rows.append({"item": name, "value": f"{m['value']:.4g}" + (f" (trend {m['trend']:+.3g})" if m.get("trend") is not None else "")})

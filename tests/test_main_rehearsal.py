@@ -104,6 +104,8 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
     assert st["services"]["gateway"]["url"].startswith("http://127.0.0.1:")
     rep = json.loads((out / "rehearsal.json").read_text())
     assert rep["rollouts"] == 32 and rep["failed"] == 0 and rep["mean_reward"] == 1.0
+    # the oracle's perfect score is no learning signal: it says so instead of giving numbers
+    assert rep["learning_signal"]["verdict"] == "needs_real_model" and "pass_at_1" not in rep["learning_signal"]
     assert [r["reward"] for r in rep["rows"]] == [1.0] * 32
     assert {r["state"] for r in rep["rows"]} == {"succeeded"}
     assert all(r["training_turns"] == 1 for r in rep["rows"]), "the oracle's vLLM fields gave no training triplet"
@@ -123,6 +125,8 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
     if (SCRIPTS / "check_status.py").exists():
         status = run_script("check_status.py", "--output-dir", str(out), "--json")
         assert status.returncode == 0, status.stderr
+        shown = json.loads(status.stdout)["data"]["learning_signal"]
+        assert shown["verdict"] == "needs_real_model" and "--model-endpoint" in shown["hint"]
 
 
 def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):

@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,21 @@ from agentic_rl.cli import EXAMPLES_DOC, EXIT_FAIL, UserError
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write via a temp file in the same folder, fsync, then os.replace: readers never see half a file."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | Iterable[bytes]) -> None:
+    """Write via a temp file in the same folder, fsync, then os.replace: readers never see half a file.
+    data: bytes, or chunks written as they come (a big file never held whole); an exception while they
+    are made leaves path as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(data, (bytes, bytearray)):
+                fh.write(data)
+            else:
+                fh.writelines(data)
             fh.flush()
             os.fsync(fh.fileno())
         if path.exists():

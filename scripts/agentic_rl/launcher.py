@@ -61,7 +61,7 @@ def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
                                  "[--resume]\n                         [--rehearse [--model-endpoint URL | --oracle FILE] "
-                                 "[--sample N]] [-- HYDRA.OVERRIDES ...]")
+                                 "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
                    "empty value means the default); created with checkpoints/ and logs/")
@@ -77,6 +77,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
     p.add_argument("--oracle", metavar="FILE", help="with --rehearse: the oracle plays these turns per row (tool "
                    "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth")
+    p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
+                   f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
     p.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     return p
 
@@ -90,6 +92,10 @@ def check_args(args) -> None:
     if not args.rehearse and (args.model_endpoint or args.sample is not None or args.oracle):
         raise UserError("--model-endpoint, --oracle and --sample work only with --rehearse", "add --rehearse",
                         EXIT_USAGE)
+    if args.write_filtered and not (args.rehearse and args.model_endpoint and int(args.sample or 0) > 0):
+        raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N (N > 0): it keeps the "
+                        "train rows whose rollouts by a real model got different rewards",
+                        "add --rehearse --model-endpoint URL --sample 64", EXIT_USAGE)
     if args.oracle and args.model_endpoint:
         raise UserError("--oracle and --model-endpoint exclude each other", "the oracle file is what the "
                         "rehearsal's own model plays: drop one of them", EXIT_USAGE)
@@ -260,6 +266,7 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
         cmd += ["--sample", args.sample]
     if args.oracle:
         cmd += ["--oracle", args.oracle]
+    cmd += ["--write-filtered"] * args.write_filtered
     return cmd + (["--", *overrides] if overrides else [])
 
 

@@ -92,13 +92,19 @@ class OracleServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def text_for(self, prompt: str) -> str | list[dict] | None:
+        """The answer to a prompt (the last user message): a text, or an --oracle script's turns; None for a
+        prompt it does not know. A test's stand-in model overrides it (tests/test_learning_signal.py draws
+        right or wrong answers)."""
+        return self.answers.get(prompt)
+
     def answer(self, body: dict) -> dict:
         self.calls += 1
         if self.delay_s:
             time.sleep(self.delay_s)
         messages = body.get("messages") or []
         prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
-        script = self.answers.get(prompt)
+        script = self.text_for(prompt)
         if script is None:
             self.unknown += 1
             script = ""

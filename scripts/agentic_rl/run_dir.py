@@ -45,6 +45,7 @@ METRICS_FILE = "metrics.jsonl"  # a link to the current attempt
 ATTEMPT_RECORD_SUFFIX = ".run.json"  # metrics/attempt-NNNN.run.json: the run an attempt belongs to
 LOGS_DIR = "logs"  # gateway.log, controller.log
 REHEARSAL_FILE = "rehearsal.json"
+FILTERED_TRAIN_FILE = "train.filtered.jsonl"  # --write-filtered: train.jsonl without its zero-variance rows
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation

@@ -15,6 +15,7 @@ import statistics
 import time
 from itertools import pairwise
 
+from agentic_rl import learning_signal
 from agentic_rl import samples as samples_mod
 from agentic_rl.metrics_reader import (
     DROPPED_PREFIX,
@@ -36,7 +37,6 @@ TREND_K = 5
 # Health thresholds (references/metrics.md explains each).
 ZERO_STD = 1e-6
 ZERO_STD_STEPS = 3
-ZERO_ADV_GROUP_SHARE = 0.9
 CLIP_RATIO_MAX = 0.2
 ENTROPY_COLLAPSE = 0.3  # latest below 30 % of the early median
 ENTROPY_SPIKE = 3.0  # latest above 3x the early median
@@ -150,20 +150,13 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
             break
     stds = recent(history, "reward_std", ZERO_STD_STEPS)
     present = key_union(history)
-
-    def zero_adv_share(d):
-        return d[N_ZERO_ADV] / d[N_GROUPS] if d.get(N_GROUPS) and N_ZERO_ADV in d else None
-
-    zero_adv = [(h["step"], share) for h, share in from_end(history, zero_adv_share, ZERO_STD_STEPS)
-                ] if N_GROUPS in present else []
-    if len(stds) >= ZERO_STD_STEPS and all(abs(v) < ZERO_STD for _, v in stds[-ZERO_STD_STEPS:]):
+    groups = learning_signal.metrics_flag(history, N_GROUPS, N_ZERO_ADV) if N_GROUPS in present else None
+    if groups is not None:  # most groups of the last steps had one reward (learning_signal.py)
+        out.append(groups)
+    elif len(stds) >= ZERO_STD_STEPS and all(abs(v) < ZERO_STD for _, v in stds[-ZERO_STD_STEPS:]):
         add("no_signal", stds[-1][0], stds[-1][1], f"reward std is 0 for the last {ZERO_STD_STEPS} steps",
             "every sample of a group gets the same reward: no learning signal (task too easy/hard, or a judge that "
             "ignores the response); raise rollout.n or fix the judge")
-    elif len(zero_adv) >= ZERO_STD_STEPS and all(s >= ZERO_ADV_GROUP_SHARE for _, s in zero_adv[-ZERO_STD_STEPS:]):
-        add("no_signal", zero_adv[-1][0], round(zero_adv[-1][1], 3),
-            f"{zero_adv[-1][1]:.0%} of groups have zero advantage for {ZERO_STD_STEPS} steps",
-            "groups get identical rewards: no learning signal; raise rollout.n or make the reward finer")
     clip = recent(history, "clip_ratio", 1)
     if clip and clip[-1][1] > CLIP_RATIO_MAX:
         add("clipped", clip[-1][0], clip[-1][1], f"{clip[-1][1]:.0%} of responses hit max_response_length",
@@ -225,8 +218,9 @@ def sample_window(samples: list[dict]) -> list[dict]:
             + [s for s in train if s.get("step") in steps or not isinstance(s.get("step"), int)])
 
 
-def sample_flags(samples: list[dict], judge_flagged: bool = False) -> list[dict]:
-    """Health flags only samples show, each {"flag", "step", "value", "message", "hint", "examples"}."""
+def sample_flags(samples: list[dict], judge_flagged: bool = False, signal_known: bool = False) -> list[dict]:
+    """Health flags only samples show, each {"flag", "step", "value", "message", "hint", "examples"}.
+    signal_known: the metrics carry the trainer's group counts (no_signal is judged from them)."""
     window = sample_window(samples)
     if len(window) < SAMPLE_MIN:
         return []
@@ -261,6 +255,9 @@ def sample_flags(samples: list[dict], judge_flagged: bool = False) -> list[dict]
         add("rewarded_truncated", bad, f"{len(bad)} of {len(rewarded)} rewarded responses are truncated or empty",
             "the judge may reward the wrong thing: make judge.py score only a complete answer (show the user "
             "these samples)", value=round(len(bad) / len(rewarded), 3))
+    if not signal_known:
+        no_signal = learning_signal.samples_flag([s for s in window if s.get("split") == "train"])
+        out += [no_signal] if no_signal else []
     judged = [s for s in window if s.get("judge_error")]
     if len(judged) / n > ERROR_SHARE_MAX and not judge_flagged:
         add("judge_errors", judged, f"{len(judged)} of {n} recent samples have a judge error: "

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from agentic_rl import files, metrics_reader, run_dir, run_health, run_records, samples
+from agentic_rl import files, learning_signal, metrics_reader, run_dir, run_health, run_records, samples
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 
@@ -140,8 +140,11 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     ckpts = run_dir.checkpoint_steps(output_dir)
     summary = {k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts")} if rehearsal else None
     recent = samples.read(output_dir, recent_only=True)
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope)
-             + rollout_failure_flags(st.get("rollout_failures")))
+    signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope,
+                               # a rehearsal measured its groups whole (learning_signal); no guess from samples
+                               st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
+             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal))
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -154,6 +157,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
+        "learning_signal": signal,
         "progress": run_health.progress(history, st, log, summary), "latest": run_health.latest(history, judge_errors),
         "flags": flags,
         "rollout_failures": st.get("rollout_failures"),
@@ -226,9 +230,11 @@ def scoped(found: list[dict], scope: dict | None) -> list[dict]:
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
-def with_sample_flags(flags: list[dict], recent: list[dict], scope: dict | None = None) -> list[dict]:
+def with_sample_flags(flags: list[dict], recent: list[dict], scope: dict | None = None,
+                      groups_logged: bool = False) -> list[dict]:
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
-    return flags + run_health.sample_flags(scoped(recent, scope), judged)
+    known = groups_logged or any(f["flag"] == "no_signal" for f in flags)  # judged from the metrics already
+    return flags + run_health.sample_flags(scoped(recent, scope), judged, known)
 
 
 def collect_samples(output_dir: Path, args) -> dict:

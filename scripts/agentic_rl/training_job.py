@@ -2,7 +2,8 @@
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
 Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N]] [-- HYDRA.OVERRIDES ...]
+               [--resume] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
+               [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
@@ -40,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, job_config, oracle_turns, rehearsal, run_dir, samples, task
+from agentic_rl import cli, job_config, learning_signal, oracle_turns, rehearsal, run_dir, samples, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs
 
@@ -311,8 +312,14 @@ class Run:
                  "wall_s": round(time.monotonic() - started, 3)}
         rehearsal.add_agent_errors(out["results"], self.controller.log_path)
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra)
+        rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
+                                                         self.oracle is not None)
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
         try:
+            if self.args.write_filtered and rep["learning_signal"]["measured"]:
+                rep["learning_signal"]["filtered"] = learning_signal.write_filtered(
+                    self.input_dir / "train.jsonl", self.output_dir / run_dir.FILTERED_TRAIN_FILE,
+                    rep["learning_signal"], train_rows)
             rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
         except OSError as exc:
             if run_dir.is_disk_full(exc):
@@ -321,6 +328,7 @@ class Run:
         tools = f", {rep['tool_calls']} tool calls ({rep['tool_errors']} failed)" if rep["tool_calls"] else ""
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors{tools} -> {self.output_dir / run_dir.REHEARSAL_FILE}")
+        log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
         problem = rehearsal.verdict(rep, scripted=bool(self.args.oracle))  # a failed rollout, no reward, a tool bug
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
@@ -430,6 +438,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
     parser.add_argument("--oracle", metavar="FILE", help="the oracle plays these turns per row (JSON Lines, examples.md)")
+    parser.add_argument("--write-filtered", action="store_true",
+                        help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)
     return parser
 
@@ -449,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
                             "the oracle file is what the rehearsal's own model plays", cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
+        if args.write_filtered and not (args.model_endpoint and args.sample):
+            raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N",
+                            "add --model-endpoint URL --sample 64", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
         wait_for_launch_record()
         run = Run(args, overrides)

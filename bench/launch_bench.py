@@ -5,7 +5,7 @@ Usage: python bench/launch_bench.py [--repeat N] [--rows N]      (or: make bench
 
 1. Agent start-up: from Popen to the agent's first request reaching a local stub model server,
    median of N runs, against `python -c pass` (Popen to exit) measured in the same run. Shown
-   twice: `PYTHONPATH=scripts python -m agentic_rl.agent` (our code only) and through Agent Lightning's worker
+   twice: `PYTHONPATH=scripts python -m agentic_rl.agents.template` (our code only) and through Agent Lightning's worker
    wrapper, as the controller starts it (`python -c "...local_reconciler_worker..."`).
    Target: <= 150 ms for ours.
 2. Rehearsal: main.py --rehearse on a copy of assets/example with 64 test rows, pinned to 2
@@ -93,8 +93,8 @@ def agent_startup(repeat: int = 10) -> dict:
                "AGL_OPENAI_BASE_URL": f"{stub.url}/v1", "AGL_EVENT_URL": f"{stub.url}/api/rollouts/b1/attempt/0/events",
                "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(EXAMPLE)])}
         bare = _bare(repeat)
-        ours = _agent(stub, [sys.executable, "-m", "agentic_rl.agent"], env, repeat)
-        wrapped = _agent(stub, [sys.executable, "-c", WRAPPER, "agentic_rl.agent:TemplateJudgeAgent"], env, repeat)
+        ours = _agent(stub, [sys.executable, "-m", "agentic_rl.agents.template"], env, repeat)
+        wrapped = _agent(stub, [sys.executable, "-c", WRAPPER, "agentic_rl.agents.template:TemplateJudgeAgent"], env, repeat)
     stub.server.shutdown()
     return {"python_c_pass_ms": round(bare * 1000, 1), "agent_first_request_ms": round(ours * 1000, 1),
             "agent_over_bare_ms": round((ours - bare) * 1000, 1),

@@ -47,7 +47,7 @@ def model_request(i: int) -> dict:
 
 
 def agent_imports() -> list[str]:
-    code = "import sys, agentic_rl.agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
+    code = "import sys, agentic_rl.agents.template, agentic_rl.agents.tool_agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
     return json.loads(proc.stdout.replace("'", '"'))

@@ -14,7 +14,9 @@ then checks it like --model; a complete ROOT/NAME is reused only when it records
 --set-agent writes the model's resolved absolute folder, so a later shell finds it without
 EVO_MODELS_DIR; a linked agent.json is written through its link, and the output names that file.
 --config checks data.max_prompt_length + max_response_length (and rollout.max_model_len) against
-the model's max_position_embeddings; with --gpus it estimates the memory too.
+the model's max_position_embeddings; for a multi-call agent (tools.py or agent_class in the config's
+folder) at trajectory level, agentlightning.trace_aggregator.trajectory_max_prompt_length +
+trajectory_max_response_length instead. With --gpus it estimates the memory too.
 
 The rehearsal (start_training.sh --rehearse) loads no weights: any model name works for it, and
 a tiny real folder for the checks here is `python tools/make_tiny_model.py ~/models/tiny-qwen2`.
@@ -36,7 +38,7 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, config_values, files, memory_fit, model_files, task
+from agentic_rl import agent_rules, cli, config_values, files, memory_fit, model_files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
 from agentic_rl.edge import hub
 
@@ -153,8 +155,10 @@ def body(args) -> int:
         data["downloaded_to"] = str(downloaded)
     cfg = files.read_json_file(args.config) if args.config else {}
     if args.config:
-        data["context"] = model_files.context_check(
-            info.get("max_position_embeddings"), *(config_values.effective(cfg, k) for k in model_files.CONTEXT_KEYS))
+        # A multi-call agent (tools.py or agent_class next to the config) is cut to trajectory_max_*.
+        data["context"] = agent_rules.context_check(info.get("max_position_embeddings"),
+                                                    lambda key: config_values.effective(cfg, key),
+                                                    agent_rules.task_is_multi_call(args.config))
     if args.gpus:
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))

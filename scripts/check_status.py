@@ -35,6 +35,12 @@ block each with prompt, response, reward and flags, then the health flags only s
     prompt:   [system] You are a careful calculator. ... [user] Compute the value of ...
     response: Let me think step by step about (3 + 4) ...
 
+A multi-turn rollout shows its counts and every turn between the prompt and the response:
+
+    turns:    3 model calls, 2 tool calls, 3 turns, 0 tool errors
+              [assistant] calculator({"expression": "90 - 75"})
+              [tool] 15
+
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
@@ -47,7 +53,16 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, learning_signal, metrics_reader, run_dir, run_health, run_status, samples
+from agentic_rl import (
+    cli,
+    learning_signal,
+    metrics_reader,
+    run_dir,
+    run_health,
+    run_status,
+    sample_turns,
+    samples,
+)
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
@@ -64,7 +79,17 @@ def render_samples(data: dict) -> str:
             head = (f"-- {s.get('split')} step {s.get('step')}  row {s.get('row_id')}  reward {reward}  "
                     f"{' '.join(s['marks']) or 'ok'}  (rollout {s.get('rollout_id')}, {s.get('response_tokens')} "
                     f"tokens, {s.get('finish_reason')}, {s.get('time')})")
-            lines = [head, "prompt:   " + _indent(s.get("prompt") or ""), "response: " + _indent(s.get("response") or "")]
+            lines = [head, "prompt:   " + _indent(s.get("prompt") or "")]
+            if s.get("trajectory"):  # a multi-turn rollout: every turn, tool calls and results included
+                lines.append(f"turns:    {s.get('model_calls')} model calls, {s.get('tool_calls')} tool calls, "
+                             f"{s.get('turns')} turns" + (f", {s['tool_errors']} tool errors"
+                                                         if s.get("tool_errors") is not None else "")
+                             + (f" ({s['turns_cut']} turns not kept)" if s.get("turns_cut") else ""))
+                shown = s["trajectory"]
+                if shown and shown[-1].get("role") == "assistant" and not shown[-1].get("tool_calls"):
+                    shown = shown[:-1]  # the final answer: the response line below
+                lines += ["          " + _indent(sample_turns.render(t)) for t in shown]
+            lines.append("response: " + _indent(s.get("response") or ""))
             for key in ("reason", "error"):
                 if s.get(key):
                     lines.append(f"{key + ':':9} {s[key]}")

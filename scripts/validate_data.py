@@ -24,6 +24,7 @@ skipped; line numbers count them.
 """
 
 import sys
+from pathlib import Path
 
 from agentic_rl import bootstrap
 
@@ -50,7 +51,8 @@ def build_parser() -> cli.ArgumentParser:
         description="Check a task folder (train/test.jsonl, task.goal, judge.py, agent.json, config.json) "
                     "before training. Nothing in the folder is modified.",
         epilog="example:\n  python scripts/validate_data.py assets/example --json\n"
-               "  python scripts/validate_data.py assets/example -- trainer.total_epochs=1\n\n"
+               "  python scripts/validate_data.py assets/example -- trainer.total_epochs=1\n"
+               "  python scripts/validate_data.py assets/tool_example --oracle assets/tool_example/oracle.jsonl\n\n"
                "The task-folder contract, with every file worked out: examples.md",
     )
     parser.add_argument("input_dir", nargs="?", metavar="INPUT_DIR", help="the task folder (default: $EVO_INPUT_DIR; "
@@ -63,6 +65,9 @@ def build_parser() -> cli.ArgumentParser:
                         help="seconds the judge may take to import, and per call (default 30)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
+    parser.add_argument("--oracle", metavar="FILE", type=Path,
+                        help="the rehearsal's oracle file (JSON Lines, examples.md): its lines are checked and the "
+                             "judge scores each sampled row's scripted answer as the oracle")
     cli.add_common_flags(parser)
     return parser
 
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                             "pass one of them", cli.EXIT_USAGE)
         input_dir = task.resolve_input_dir(args.input_dir or args.input_dir_flag)
         checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
-                                            overrides)
+                                            overrides, args.oracle)
         return cli.emit_checks(checks, args.json, data)
 
     return cli.run_cli(body, parser, argv)

@@ -6,6 +6,8 @@
 - Nothing in the package imports a CLI, and the package's imports have no cycle.
 - Every CLI has its own test module, which runs it as a subprocess at least once.
 - Every `>>>` example in a module docstring runs (doctest).
+- Agent code (what runs once per rollout) lives in scripts/agentic_rl/agents/ and imports only the standard
+  library and the light modules it needs; no agent class (a class with run()) lives elsewhere.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 PACKAGE = SCRIPTS / "agentic_rl"
 EDGE = PACKAGE / "edge"
+AGENTS = PACKAGE / "agents"
+# What an agent process may import of the package: every rollout pays for its imports (stdlib only beyond these).
+AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.files", "agentic_rl.run_dir", "agentic_rl.task",
+                 "agentic_rl.agents"}
 TESTS = ROOT / "tests"
 
 # The outside worlds and the one edge module that may reach each.
@@ -65,7 +71,25 @@ def test_scripts_holds_only_clis_and_the_package():
         if path.suffix == ".py":
             assert 'if __name__ == "__main__":\n    sys.exit(main())' in text, path.name
             assert re.search(r"^def main\(argv: list\[str\] \| None = None\) -> int:", text, re.M), path.name
-    assert (PACKAGE / "__init__.py").read_text() == "" and (EDGE / "__init__.py").read_text() == ""
+    assert all((d / "__init__.py").read_text() == "" for d in (PACKAGE, EDGE, AGENTS))
+
+
+def test_agent_code_lives_in_agents_and_stays_light():
+    import sys
+
+    for path in package_modules():
+        tree = ast.parse(path.read_text())
+        runners = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                   and any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "run" for f in n.body)]
+        assert AGENTS in path.parents or not runners, f"{path.relative_to(SCRIPTS)}: agent class {runners} outside agents/"
+        if AGENTS not in path.parents:
+            continue
+        for name, lineno in imports_of(path):
+            top = name.split(".")[0]
+            ours = name in AGENT_IMPORTS or name.startswith("agentic_rl.agents.")
+            assert ours or (top != "agentic_rl" and top in sys.stdlib_module_names), \
+                f"{path.relative_to(SCRIPTS)}:{lineno} imports {name}: agents import only the stdlib and {sorted(AGENT_IMPORTS)}"
+    assert not (PACKAGE / "agent.py").exists(), "the agents live in agentic_rl/agents/"
 
 
 @pytest.mark.parametrize("path", package_modules() + [p for p in cli_files() if p.suffix == ".py"],

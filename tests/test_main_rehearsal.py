@@ -21,8 +21,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentic_rl import agent, cli, job_config, rehearsal, run_dir
+from agentic_rl import cli, job_config, rehearsal, run_dir
 from agentic_rl import training_job as main_py
+from agentic_rl.agents import kit
 from agentic_rl.edge import agl, procs
 from conftest import SCRIPTS, run_module, run_script
 from defect_cases import JUDGE_HEAD, RUN_CASES
@@ -113,7 +114,7 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
     assert lines[0]["step"] == 0 and lines[0]["data"]["val/reward"] == 1.0
     resolved = (out / "resolved_config.yaml").read_text()
     for forced in (f"default_local_dir: {out}/checkpoints", "- file", "ARL_ROW: input.arl_row",
-                   "agent_class: agentic_rl.agent:TemplateJudgeAgent", f"agl_base_url: {st['services']['gateway']['url']}",
+                   "agent_class: agentic_rl.agents.template:TemplateJudgeAgent", f"agl_base_url: {st['services']['gateway']['url']}",
                    "resume_mode: disable"):
         assert forced in resolved, forced
     assert resolved.startswith("# VERL")
@@ -416,15 +417,15 @@ def test_redacting_stream_masks_the_key():
 
 def test_agent_score_turns_judge_failures_into_zero(example_task):
     (example_task / "judge.py").write_text("def compute_reward(r, g, m):\n    return {'bad': 1}\n")
-    reward, reason = agent.score(str(example_task), "Answer: 3", {"ground_truth": "3"})
+    reward, reason = kit.score(str(example_task), "Answer: 3", {"ground_truth": "3"})
     assert reward == 0.0 and "not a number" in reason
     (example_task / "judge.py").write_text("def compute_reward(r, g, m):\n    return True\n")
-    assert agent.score(str(example_task), "x", {"ground_truth": "3"}) == (1.0, None)
-    assert not math.isnan(agent.score(str(example_task), "x", {})[0])
+    assert kit.score(str(example_task), "x", {"ground_truth": "3"}) == (1.0, None)
+    assert not math.isnan(kit.score(str(example_task), "x", {})[0])
 
 
 def test_agent_without_its_environment_is_a_usage_error():
-    proc = run_module("agent")
+    proc = run_module("agents.template")
     assert proc.returncode == 2 and "ARL_ROW" in proc.stderr
 
 
@@ -578,7 +579,7 @@ def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(exam
     (example_task / "helper_mod.py").write_text("def same(a, b):\n    return float(a.strip() == str(b))\n")
     (example_task / "judge.py").write_text("import random, helper_mod\nrandom.random()\n" + JUDGE_HEAD
                                            + "    return helper_mod.same(response, ground_truth)\n")
-    (example_task / "my_agent.py").write_text("import random\nfrom agentic_rl.agent import TemplateJudgeAgent\n"
+    (example_task / "my_agent.py").write_text("import random\nfrom agentic_rl.agents.template import TemplateJudgeAgent\n"
                                               "random.random()\nclass MyAgent(TemplateJudgeAgent):\n    pass\n")
     agent_cfg = json.loads((example_task / "agent.json").read_text())
     (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "agent_class": "my_agent:MyAgent"}))
@@ -590,7 +591,7 @@ def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(exam
     rep = json.loads((out / "rehearsal.json").read_text())
     assert [r["reward"] for r in rep["rows"]] == [1.0, 1.0], rep["rows"]
     assert not marker.exists(), "sitecustomize.py of the task folder ran"
-    assert "agent_class: agentic_rl.agent:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()
+    assert "agent_class: agentic_rl.agents.template:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()
     for name in ("gateway.log", "controller.log"):
         assert (out / "logs" / name).stat().st_mode & 0o777 == 0o600, name
     assert (out / run_dir.LOG_FILE).stat().st_mode & 0o777 == 0o600

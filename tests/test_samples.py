@@ -170,7 +170,10 @@ def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_
     for rid, s in got.items():
         assert s["split"] == ("train" if rid in ("q-c", "q-d") else "val") and s["step"] == 5
         assert s["model_calls"] == 2 and s["response"] == "yes, sure" and s["state"] == "succeeded"
-        assert s["prompt"].startswith(f"[user] {questions[rid]}\n[assistant] \n[user] sure?")
+        # the prompt is the first request's; the later turns are the trajectory, the last reply included
+        assert s["prompt"] == f"[user] {questions[rid]}" and s["turns"] == 2
+        assert [(t["role"], t["content"]) for t in s["trajectory"]] == [
+            ("assistant", ""), ("user", "sure?"), ("assistant", "yes, sure")]
         assert s["finish_reason"] == "stop" and s["response_tokens"] == len("yes, sure")
     assert got["q-d"]["judge_error"] == "judge error: ValueError: no number" and got["q-d"]["reward"] == 0.0
 
@@ -307,11 +310,12 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
     assert doctest.testmod(samples).failed == 0
     import subprocess
 
-    code = "import sys, agentic_rl.agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
+    code = "import sys, agentic_rl.agents.template, agentic_rl.agents.tool_agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
-    assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agent', 'agentic_rl.cli', 'agentic_rl.files', "
-                                   "'agentic_rl.run_dir', 'agentic_rl.run_records', 'agentic_rl.task']")
+    assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
+                                   "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
+                                   "'agentic_rl.files', 'agentic_rl.run_dir', 'agentic_rl.run_records', 'agentic_rl.task']")
 
 
 def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs):  # noqa: F811

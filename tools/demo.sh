@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make demo: the whole workflow on assets/example, as far as this machine allows.
+# make demo: the whole workflow on assets/example, as far as this machine allows, then the
+# tool-using agent of assets/tool_example rehearsed with its oracle file.
 # Works on a copy (build/demo/task), never on assets/example itself. Without a GPU (check_gpu
 # exits 3) or without verl, step 7 is the CPU rehearsal of the launch path.
 set -euo pipefail
@@ -49,4 +50,17 @@ rc=0
 if [ -f "$out/rehearsal.json" ]; then
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("rehearsal: mean reward", r.get("mean_reward"), "failed", r.get("failed"))' "$out/rehearsal.json"
 fi
+
+# The tool-using agent: assets/tool_example (calc_x word problems, a calculator in tools.py), rehearsed
+# with its oracle file so the agent's real tool loop runs through the gateway.
+tool_task="$demo/tool_task"
+tool_out="$demo/tool_outputs"
+cp -r "$root/assets/tool_example" "$tool_task"
+step "tool agent: validate_data.py --oracle (tool schemas, tool-call parsing, the oracle's answers)"
+"$py" "$root/scripts/validate_data.py" "$tool_task" --oracle "$tool_task/oracle.jsonl" || rc=$?
+step "tool agent: start_training.sh --rehearse --oracle (the oracle plays each row's calculator calls)"
+bash "$root/scripts/start_training.sh" --input-dir "$tool_task" --output-dir "$tool_out" --rehearse \
+  --oracle "$tool_task/oracle.jsonl"
+"$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --watch 2 >/dev/null || true
+"$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --samples 1 || rc=$?
 exit "$rc"

@@ -14,8 +14,9 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
     ray_kwargs.ray_init.runtime_env.env_vars   VERL's defaults (get_ppo_ray_runtime_env: run_ppo merges
                                       runtime envs shallowly, so a user env_vars would drop them), then
                                       the user's, then VERL_FILE_LOGGER_PATH and EVO_RUN_ID (a joined cluster too)
-    agentlightning.local.agent_class  agentic_rl.agent:TemplateJudgeAgent, or with agent.json's
-                                      agent_class agentic_rl.agent:TaskFolderAgent, which imports that
+    agentlightning.local.agent_class  agentic_rl.agents.template:TemplateJudgeAgent; with tools.py in the task
+                                      folder agentic_rl.agents.tool_agent:ToolAgent; with agent.json's
+                                      agent_class agentic_rl.agents.template:TaskFolderAgent, which imports that
                                       class (ARL_AGENT_CLASS) with the task folder on sys.path after the
                                       standard library: the services' PYTHONPATH never has the task folder
     agentlightning.local.env_map      ARL_ROW <- input.arl_row: each row travels as ONE JSON string,
@@ -50,8 +51,9 @@ from typing import Any
 
 from agentic_rl import cli, config_values, files, rehearsal, run_dir, task
 
-BUNDLED_AGENT = "agentic_rl.agent:TemplateJudgeAgent"
-TASK_FOLDER_AGENT = "agentic_rl.agent:TaskFolderAgent"
+BUNDLED_AGENT = "agentic_rl.agents.template:TemplateJudgeAgent"
+TOOL_AGENT = "agentic_rl.agents.tool_agent:ToolAgent"
+TASK_FOLDER_AGENT = "agentic_rl.agents.template:TaskFolderAgent"
 ROW_ENV = "ARL_ROW"
 ROW_FIELD = "arl_row"
 ENV_FIELD = "arl_env"  # env_map's row fields, resolved per row: {NAME: text}
@@ -216,11 +218,12 @@ def resolve_model(name: str, rehearse: bool) -> str:
 
 
 
-def check_context(model: str, cfg: Any) -> None:
+def check_context(model: str, cfg: Any, multi_call: bool = False) -> None:
     """The composed lengths against the model's max_position_embeddings (when its folder is here):
     vLLM refuses a longer max_model_len only once the GPUs are up; a longer prompt + response leaves
-    long prompts no room. Failure("config") before anything starts."""
-    from agentic_rl import model_files
+    long prompts no room. For a multi-call agent the trajectory_max_* lengths count (agent_rules).
+    Failure("config") before anything starts."""
+    from agentic_rl import agent_rules, model_files
 
     path = Path(model) / "config.json"
     if not path.is_file():
@@ -230,9 +233,28 @@ def check_context(model: str, cfg: Any) -> None:
     except (OSError, ValueError) as exc:
         cli.print_warning(f"{path}: unreadable ({exc}); the context length is not checked")
         return
-    result = model_files.context_check(limit, *(_get(cfg, k) for k in model_files.CONTEXT_KEYS))
+    result = agent_rules.context_check(limit, lambda key: _get(cfg, key), multi_call)
     if result["status"] == "fail":
         raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
+
+
+def check_tool_parsing(get: Any) -> None:
+    """A tool task trained without vLLM's tool-call parsing never runs a tool: Failure("config") before the GPUs
+    start (validate_data also checks the parser fits the model family)."""
+    from agentic_rl import agent_rules
+
+    missing = [k for k in (agent_rules.AUTO_TOOL_KEY, agent_rules.PARSER_KEY) if not get(k)]
+    if missing:
+        raise Failure("config", f"the task has tools.py but {' and '.join(missing)} not set: the training vLLM would not "
+                                "parse the model's tool calls (validate_data.py names the parser for the model)")
+
+
+def agent_class_for(input_dir: Path, agent: dict) -> str:
+    """The agent_class Agent Lightning runs: agent.json's own (through TaskFolderAgent), else the tool
+    agent when the task folder has tools.py, else the one-call template agent."""
+    if agent.get("agent_class"):
+        return TASK_FOLDER_AGENT
+    return TOOL_AGENT if (Path(input_dir) / "tools.py").is_file() else BUNDLED_AGENT
 
 
 def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
@@ -273,7 +295,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     attempt, metrics_file = run_dir.next_metrics_file(out, run.run_id, run.mode)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
-    check_context(model, cfg)
+    check_context(model, cfg, agent_class_for(run.input_dir, agent) != BUNDLED_AGENT)
     if run.gpus:
         _set(cfg, "trainer.n_gpus_per_node", len(run.gpus))
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, run.gpus)))
@@ -292,7 +314,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     if os.environ.get(run_dir.RUN_DIR_ENV):  # with the id: what a node's sweep proves a process by
         env_vars[run_dir.RUN_DIR_ENV] = os.environ[run_dir.RUN_DIR_ENV]
     _set(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars)
-    _set(cfg, "agentlightning.local.agent_class", TASK_FOLDER_AGENT if agent.get("agent_class") else BUNDLED_AGENT)
+    _set(cfg, "agentlightning.local.agent_class", agent_class_for(run.input_dir, agent))
+    if not rehearse and agent_class_for(run.input_dir, agent) == TOOL_AGENT:
+        check_tool_parsing(lambda key: _get(cfg, key))
     env_map = _get(cfg, "agentlightning.local.env_map") or {}
     from agentic_rl import config_checks
 

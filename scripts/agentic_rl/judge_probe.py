@@ -35,6 +35,7 @@ from agentic_rl.cli import Check
 from agentic_rl.edge import procs
 
 HINT = "compute_reward(response: str, ground_truth, metadata: dict) -> float; see examples.md"
+ORACLE_KEY = "arl_oracle_answer"  # a sample row's --oracle answer (validate_data adds it), scored as the oracle
 KINDS = ("oracle", "empty")
 
 
@@ -99,7 +100,9 @@ def child_main() -> int:
     emit(event="loaded", signature=signature)
     for row in rows:
         for kind in KINDS:
-            response = task.response_text(row["ground_truth"]) if kind == "oracle" else ""
+            # the oracle: the row's --oracle answer when given (a code task's solution), else its ground truth
+            response = (row["oracle"] if "oracle" in row else task.response_text(row["ground_truth"])) \
+                if kind == "oracle" else ""
             args = (response, copy.deepcopy(row["ground_truth"]), copy.deepcopy(row["metadata"]))
             started = time.perf_counter()
             try:
@@ -185,8 +188,10 @@ def _percentile(values: list[float], q: float) -> float:
 MARKER_ENV = "ARL_PROBE_MARKER"
 
 
-def _run_child(input_dir: Path, entry: str, args: list[str], timeout: float, cwd: str) -> dict:
-    """Run judge_probe.<entry>() in a child (its own session, cwd `cwd`) and read its JSON lines.
+def _run_child(input_dir: Path, entry: str, args: list[str], timeout: float, cwd: str,
+               module: str = "judge_probe") -> dict:
+    """Run <module>.<entry>() (judge_probe's, or agent_rules' tools probe) in a child (its own session,
+    cwd `cwd`) and read its JSON lines.
 
     The child carries MARKER_ENV=<a fresh token>: afterwards every process still carrying it (what
     the user's code started, in its own session or reparented) is killed and reported, whatever
@@ -195,8 +200,8 @@ def _run_child(input_dir: Path, entry: str, args: list[str], timeout: float, cwd
     """
     import secrets
 
-    code = (f"import sys; sys.path.insert(0, {str(cli.SCRIPTS_DIR)!r}); from agentic_rl import judge_probe; "
-            f"sys.exit(judge_probe.{entry}())")
+    code = (f"import sys; sys.path.insert(0, {str(cli.SCRIPTS_DIR)!r}); from agentic_rl import {module}; "
+            f"sys.exit({module}.{entry}())")
     marker = secrets.token_hex(12)
     before = files.tree_state(input_dir)
     # PYTHONSAFEPATH: no cwd on sys.path, as in an agent (the task folder comes after the stdlib).
@@ -228,7 +233,8 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail", "killed" (processes the judge
     left behind, killed), "changed" (what changed in the task folder)}.
     """
-    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {})} for w, r in samples]
+    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {}),
+             **({"oracle": r[ORACLE_KEY]} if ORACLE_KEY in r else {})} for w, r in samples]
     with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp:
         rows_file = Path(tmp) / "rows.json"
         rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
@@ -237,7 +243,8 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     calls = [e for e in events if e.get("event") == "call"]
     result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": run["exit_code"],
                     "signature": next((e["signature"] for e in events if e.get("event") == "loaded"), None),
-                    "stderr_tail": run["stderr_tail"], "killed": run["killed"], "changed": run["changed"]}
+                    "stderr_tail": run["stderr_tail"], "killed": run["killed"], "changed": run["changed"],
+                    "oracle_file": any("oracle" in r for r in rows)}
     if outcome == "error":
         result["error"] = {k: events[-1].get(k) for k in ("phase", "message", "hint", "where")}
     if outcome in ("timeout", "exited") and len(calls) < 2 * len(rows):
@@ -356,13 +363,16 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
             checks.append(Check(name, "ok", f"{result['calls']} calls on {result['rows']} rows: p50 "
                                 f"{result['p50_ms']:g} ms, p95 {result['p95_ms']:g} ms per call", where=name))
             oracle, empty = result["oracle_mean"], result["empty_mean"]
-            message = f"mean reward {oracle:.3f} for the oracle (ground truth as the response), {empty:.3f} for ''"
+            what = "the --oracle file's answers" if result.get("oracle_file") else "ground truth"
+            message = f"mean reward {oracle:.3f} for the oracle ({what} as the response), {empty:.3f} for ''"
             if oracle > empty:
                 checks.append(Check(name, "ok", message, where=name))
             else:
                 checks.append(Check(name, "warn", message + ": the oracle does not score higher",
                                     "the judge probably cannot read its own ground truth; check how it parses "
-                                    "the response", name))
+                                    "the response. When the ground truth is no answer itself (unit tests of a "
+                                    "code task), give each row a correct answer with --oracle FILE (examples.md, "
+                                    "\"The oracle file\")", name))
     return checks
 
 

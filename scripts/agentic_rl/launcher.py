@@ -63,7 +63,7 @@ output folder (D/../outputs) holds a run of another task (name the folder with -
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL] "
+                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL | --oracle FILE] "
                                  "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -81,6 +81,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--model-endpoint", metavar="URL", help="rehearse against a real OpenAI-compatible /v1 server "
                    "instead of the oracle")
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
+    p.add_argument("--oracle", metavar="FILE", help="with --rehearse: the oracle plays these turns per row (tool "
+                   "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth")
     p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
                    f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
@@ -104,12 +106,21 @@ def check_args(args) -> None:
     if args.cpu_steps is not None and (args.rehearse or args.gpus is not None):
         raise UserError("--cpu-steps trains on CPU: it takes neither --gpus nor --rehearse",
                         "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
-    if not args.rehearse and (args.model_endpoint or args.sample is not None):
-        raise UserError("--model-endpoint and --sample work only with --rehearse", "add --rehearse", EXIT_USAGE)
+    if not args.rehearse and (args.model_endpoint or args.sample is not None or args.oracle):
+        raise UserError("--model-endpoint, --oracle and --sample work only with --rehearse", "add --rehearse",
+                        EXIT_USAGE)
     if args.write_filtered and not (args.rehearse and args.model_endpoint and int(args.sample or 0) > 0):
         raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N (N > 0): it keeps the "
                         "train rows whose rollouts by a real model got different rewards",
                         "add --rehearse --model-endpoint URL --sample 64", EXIT_USAGE)
+    if args.oracle and args.model_endpoint:
+        raise UserError("--oracle and --model-endpoint exclude each other", "the oracle file is what the "
+                        "rehearsal's own model plays: drop one of them", EXIT_USAGE)
+    if args.oracle:
+        from agentic_rl import oracle_turns
+
+        oracle_turns.load(args.oracle)  # a malformed line: Error naming FILE:LINE, before anything starts
+        args.oracle = str(Path(args.oracle).expanduser().resolve())
     from agentic_rl import cluster_checks
 
     cluster_checks.check_flags(ray_address(args), "--ray-address" if args.ray_address else "RAY_ADDRESS",
@@ -328,6 +339,8 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
         cmd += ["--model-endpoint", args.model_endpoint]
     if args.sample is not None:
         cmd += ["--sample", args.sample]
+    if args.oracle:
+        cmd += ["--oracle", args.oracle]
     cmd += ["--write-filtered"] * args.write_filtered
     return cmd + (["--", *overrides] if overrides else [])
 

@@ -234,16 +234,18 @@ def max_position_embeddings(config: dict) -> int | None:
 CONTEXT_KEYS = ("data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.max_model_len")
 
 
-def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: Any = None) -> dict:
+def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: Any = None,
+                  names: tuple[str, str] = ("data.max_prompt_length", "data.max_response_length")) -> dict:
     """The run's lengths against the model's max_position_embeddings (limit).
 
     rollout.max_model_len above it: vLLM refuses to start (VERL's vLLM server checks it), a fail.
     max_prompt_length + max_response_length above what vLLM will hold (max_model_len, else the
     limit): a long prompt leaves no room for its response, and VERL trains on sequences the model
     has never seen positions for; a fail too, since the fix is one config line.
+    names: the keys prompt and response come from (a multi-call agent's trajectory_max_* keys: agent_rules).
     Returns {"status" ok|fail|unknown, "message", "hint", "keys", the numbers}."""
     out = {"max_position_embeddings": limit, "max_prompt_length": prompt, "max_response_length": response,
-           "max_model_len": max_model_len, "keys": list(CONTEXT_KEYS)}
+           "max_model_len": max_model_len, "keys": [*names, CONTEXT_KEYS[2]]}
     if not limit or type(prompt) is not int or type(response) is not int:
         return {**out, "status": "unknown", "message": "context length not checked: max_position_embeddings "
                 f"{limit}, prompt {prompt!r}, response {response!r}", "hint": ""}
@@ -257,9 +259,9 @@ def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: 
     name = "rollout.max_model_len" if type(max_model_len) is int else "max_position_embeddings"
     if total > held:
         return {**out, "status": "fail",
-                "message": f"data.max_prompt_length {prompt} + data.max_response_length {response} = {total} is "
+                "message": f"{names[0]} {prompt} + {names[1]} {response} = {total} is "
                            f"above the model's {name} {held}",
-                "hint": f"lower data.max_prompt_length and/or data.max_response_length to sum to <= {held}, or "
+                "hint": f"lower {names[0]} and/or {names[1]} to sum to <= {held}, or "
                         "pick a model with a longer context"}
     return {**out, "status": "ok", "message": f"prompt {prompt} + response {response} = {total} tokens of "
                                               f"{name} {held}", "hint": ""}

@@ -2,8 +2,9 @@
 
 The model is an oracle served here on 127.0.0.1 that answers like vLLM (top-level
 `prompt_token_ids`, `choices[0].token_ids`, and `logprobs.content[].logprob` when logprobs are
-asked for, i.e. in train mode) with the ground truth of the row whose rendered prompt it gets.
-Or, with --model-endpoint, a real OpenAI-compatible server. Rollouts are created and read back
+asked for, i.e. in train mode) with the ground truth of the row whose rendered prompt it gets,
+or, with --oracle FILE, plays that row's turns (oracle_turns.py: tool calls, then the answer),
+one per model call, so a tool agent's whole loop runs. Or, with --model-endpoint, a real OpenAI-compatible server. Rollouts are created and read back
 through the trainer's own client, AglRolloutManager, so the rehearsal crosses the same data
 path as training: test rows as validation rollouts (1 each), then --sample N train rows with
 `rollout.n` rollouts each. Each rollout's sample (samples.py) is written from the events the
@@ -33,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, files, run_dir, task
+from agentic_rl import cli, files, oracle_turns, run_dir, task
 
 # Seconds the oracle sleeps per answer: lets a test stop a rehearsal mid-flight. 0 by default.
 ORACLE_DELAY_ENV = "ARL_REHEARSAL_ORACLE_DELAY_S"
@@ -46,9 +47,10 @@ def _tokens(text: str) -> list[int]:
 
 
 class OracleServer:
-    """A chat/completions endpoint that answers each known prompt with its row's ground truth."""
+    """A chat/completions endpoint that answers each known prompt with its row's ground truth, or plays
+    its row's turns (a list of oracle_turns turns: tool calls, then the answer)."""
 
-    def __init__(self, answers: dict[str, str], delay_s: float = 0.0):
+    def __init__(self, answers: dict[str, Any], delay_s: float = 0.0):
         self.answers = answers
         self.delay_s = delay_s
         self.unknown = 0
@@ -90,9 +92,10 @@ class OracleServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def text_for(self, prompt: str) -> str | None:
-        """The answer to a prompt (the last user message); None for a prompt it does not know. A test's
-        stand-in model overrides it (tests/test_learning_signal.py draws right or wrong answers)."""
+    def text_for(self, prompt: str) -> str | list[dict] | None:
+        """The answer to a prompt (the last user message): a text, or an --oracle script's turns; None for a
+        prompt it does not know. A test's stand-in model overrides it (tests/test_learning_signal.py draws
+        right or wrong answers)."""
         return self.answers.get(prompt)
 
     def answer(self, body: dict) -> dict:
@@ -101,18 +104,23 @@ class OracleServer:
             time.sleep(self.delay_s)
         messages = body.get("messages") or []
         prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
-        text = self.text_for(prompt)
-        if text is None:
+        script = self.text_for(prompt)
+        if script is None:
             self.unknown += 1
-            text = ""
-        prompt_ids = _tokens("".join(str(m.get("content", "")) for m in messages))
+            script = ""
+        turns = [{"content": script}] if isinstance(script, str) else script
+        # Turn k at the k-th model call of the rollout: the assistant messages the request already holds.
+        k = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        choice: dict[str, Any] = {"index": 0, **oracle_turns.message(turns, k)}
+        message = choice["message"]
+        text = message["content"] if isinstance(message["content"], str) else json.dumps(message.get("tool_calls"))
+        prompt_ids = _tokens("".join(_message_text(m) for m in messages if isinstance(m, dict)))
         ids = _tokens(text)
-        finish = "stop"
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
-        if isinstance(limit, int) and limit >= 0 and len(ids) > limit:
-            ids, text, finish = ids[:limit], bytes(ids[:limit]).decode("utf-8", "ignore"), "length"
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": finish, "token_ids": ids}
+        if isinstance(limit, int) and limit >= 0 and len(ids) > limit and "tool_calls" not in message:
+            ids = ids[:limit]
+            message["content"], choice["finish_reason"] = bytes(ids).decode("utf-8", "ignore"), "length"
+        choice["token_ids"] = ids
         if body.get("logprobs"):
             choice["logprobs"] = {"content": [{"token": str(i), "logprob": 0.0, "top_logprobs": []} for i in ids]}
         return {"id": f"oracle-{self.calls}", "object": "chat.completion", "created": int(time.time()),
@@ -121,21 +129,29 @@ class OracleServer:
                           "total_tokens": len(prompt_ids) + len(ids)}}
 
 
-def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = None) -> dict[str, str]:
-    """Rendered prompt -> ground truth text (or by_row_id's text for that row). Two rows with one
-    prompt: the first one's answer wins."""
-    answers: dict[str, str] = {}
-    by_row_id = by_row_id or {}
+def _message_text(message: dict) -> str:
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
+    return text + (json.dumps(message["tool_calls"]) if message.get("tool_calls") else "")
+
+
+def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = None,
+                   script: dict[str, list[dict]] | None = None) -> dict[str, Any]:
+    """Rendered prompt -> what the oracle plays: the row's --oracle turns (script, by row id), else
+    by_row_id's text, else its ground truth. Two rows with one prompt: the first one's answer wins."""
+    answers: dict[str, Any] = {}
+    by_row_id, script = by_row_id or {}, script or {}
     for row in rows:
-        text = by_row_id.get(str(row.get("id")), task.response_text(row.get("ground_truth")))
-        answers.setdefault(task.render_template(template, row), str(text))
+        rid = str(row.get("id"))
+        played = script[rid] if rid in script else str(by_row_id.get(rid, task.response_text(row.get("ground_truth"))))
+        answers.setdefault(task.render_template(template, row), played)
     return answers
 
 
 # A rehearsal ends `failed` after this many rollouts failed in a row (a dead --model-endpoint fails
 # every rollout, each after the gateway's ~15 s of retries: no need to wait for all of them).
 CONSECUTIVE_FAILURES_MAX = 8
-MODEL_CALL_FAILED = "model call failed"  # the bundled agent's reward reason when the model call fails
+FAILURE_MODEL = "model_endpoint"  # a reward's data["failure"] when the agent's model call failed (agents/kit.py)
 
 
 class TooManyFailures(BaseException):
@@ -149,11 +165,13 @@ class TooManyFailures(BaseException):
 
 def failure_reason(events: list, error_message: str | None) -> tuple[str, bool]:
     """(reason, the model endpoint's fault?) of a failed rollout from its gateway events: the agent's
-    reward reason, else a model call's error status, else the controller's error_message."""
+    reward reason, else a model call's error status, else the controller's error_message. The endpoint
+    is at fault when the agent says so (reward data "failure": "model_endpoint", references/agents.md)
+    or the gateway saw the model answer an HTTP error; the reason's wording classes nothing."""
     for event in reversed(events or []):
         data = event.get("data") or {}
         if event.get("event_type") == "reward" and isinstance(data.get("reason"), str):
-            return data["reason"], data["reason"].startswith(MODEL_CALL_FAILED)
+            return data["reason"], data.get("failure") == FAILURE_MODEL
     for event in reversed(events or []):
         data = event.get("data") or {}
         status = data.get("http_status")
@@ -247,6 +265,10 @@ def _reward_data(completed: Any) -> dict:
     return {}
 
 
+# What an agent's reward event reports of its rollout (agents/kit.py); a rehearsal row keeps them.
+AGENT_COUNTS = ("model_calls", "tool_calls", "tool_errors", "tool_error", "max_turns_hit")
+
+
 def summarize(completed: list, rows: list[dict], split: str) -> list[dict]:
     """One result per rollout: row, reward, the agent's reason, latency, state, training-data turns."""
     out = []
@@ -261,6 +283,7 @@ def summarize(completed: list, rows: list[dict], split: str) -> list[dict]:
             "latency_s": round(finished - item.enqueue_time, 3),
             "queue_s": round((item.running_at or finished) - item.enqueue_time, 3),
             "training_turns": len(item.triplets or []),
+            **{key: data.get(key) for key in AGENT_COUNTS if key in data},
         })
     return sorted(out, key=lambda r: (r["row"], r["rollout_id"]))
 
@@ -323,6 +346,9 @@ def report(results: list[dict], timings: dict, extra: dict, planned: int | None 
     return {"mean_reward": _mean([r["reward"] for r in results]),
             "failed": sum(r["state"] != "succeeded" for r in results),
             "judge_errors": sum(1 for r in results if (r["reason"] or "").startswith("judge error")),
+            "tool_calls": sum(r.get("tool_calls") or 0 for r in results),
+            "tool_errors": sum(r.get("tool_errors") or 0 for r in results),
+            "max_turns_hit": sum(bool(r.get("max_turns_hit")) for r in results),
             "rollouts": len(results), "planned": len(results) if planned is None else planned, "splits": by_split,
             "timings": timings, **extra, "rows": results}
 
@@ -347,9 +373,11 @@ def add_agent_errors(results: list[dict], log_path: Path) -> None:
             row["agent_error"] = agent_error(log_path, row["rollout_id"])
 
 
-def verdict(rep: dict) -> str | None:
+def verdict(rep: dict, scripted: bool = False) -> str | None:
     """Why the rehearsal failed, or None: a failed rollout, or one that ended without a reward (an
-    agent that exited before posting it). A rehearsal is never completed without rewards."""
+    agent that exited before posting it). A rehearsal is never completed without rewards. With an
+    --oracle file (scripted) the oracle's tool calls are right by construction: a tool call that
+    failed is a bug in tools.py or in the agent's tool branch, and fails the rehearsal too."""
     rows = rep["rows"]
     failed = [r for r in rows if r["state"] != "succeeded"]
     if failed:
@@ -359,6 +387,11 @@ def verdict(rep: dict) -> str | None:
         if own and own not in why:
             why += f"; the agent said: {own}"
         return f"{len(failed)} of {len(rows)} rollouts failed; first: row {first['row_id']}: {why}"
+    broken = [r for r in rows if r.get("tool_errors")] if scripted else []
+    if broken:
+        first = broken[0]
+        return (f"{len(broken)} of {len(rows)} rollouts had failed tool calls while the oracle played the --oracle "
+                f"file's turns; first: row {first['row_id']}: {first.get('tool_error') or 'a tool call failed'}")
     silent = [r for r in rows if r["reward"] is None]
     if silent or not rows:
         first = silent[0] if silent else None

@@ -49,6 +49,8 @@ TRUNCATED_SHARE_MAX = 0.2
 COLLAPSE_SHARE = 0.5  # one response for half the samples ...
 COLLAPSE_MIN_PROMPTS = 4  # ... given to at least this many different prompts
 REWARDED_BAD_SHARE_MAX = 0.1
+MAX_TURNS_SHARE_MAX = 0.1  # rollouts that ran out of max_turns before a final answer
+MERGE_MISMATCH = "training/n_trace_merge_mismatch_rows"  # Agent Lightning: trajectories that did not merge
 STALL_K = 5.0  # no step for 5x the median step time
 STALL_FLOOR_S = 1800.0  # before the first step: model load + vLLM start can take long
 # ASCII digits, at most 12: a log line is untrusted, and int() refuses 5000 digits (or takes "٣").
@@ -197,6 +199,13 @@ def flags(history: list[dict], judge_errors: int = 0, rollouts: int | None = Non
             shown, total = dropped_samples(last["data"]), last["data"][N_COLLECTED]
             add("dropped_samples", last["step"], shown, f"{shown:g} of {total:g} samples dropped (was {was:.0%})",
                 "rollouts are failing or too long: see the controller log and trace_aggregator lengths")
+    mismatch = [(h["step"], h["data"][MERGE_MISMATCH]) for h in history[-1:] if is_finite(h["data"].get(MERGE_MISMATCH))]
+    if mismatch and mismatch[-1][1] > 0:
+        add("trace_merge_mismatch", mismatch[-1][0], mismatch[-1][1],
+            f"{MERGE_MISMATCH} is {mismatch[-1][1]:g} at step {mismatch[-1][0]}: multi-turn trajectories were split "
+            "into several training rows",
+            "a chat template that rewrites earlier turns (Qwen3 strips earlier <think> blocks) breaks the merge: use "
+            "a template that keeps every turn as sent, or agentlightning.trace_aggregator.level: transition")
     val = recent(history, "val_reward", VAL_K)
     if len(val) == VAL_K and all(b <= a for (_, a), (_, b) in pairwise(val)) and val[-1][1] < val[0][1]:
         # the train reward over the same evaluations: every step from the first of them on is in the last `span`
@@ -264,6 +273,17 @@ def sample_flags(samples: list[dict], judge_flagged: bool = False, signal_known:
     if len(judged) / n > ERROR_SHARE_MAX and not judge_flagged:
         add("judge_errors", judged, f"{len(judged)} of {n} recent samples have a judge error: "
             f"{str(judged[0]['judge_error'])[:120]}", "fix judge.py: those samples train on reward 0")
+    tooled = [s for s in window if isinstance(s.get("tool_errors"), int) and s.get("tool_calls")]
+    calls, failed = sum(s["tool_calls"] for s in tooled), sum(s["tool_errors"] for s in tooled)
+    if calls and failed / calls > ERROR_SHARE_MAX:
+        add("tool_errors", [s for s in tooled if s["tool_errors"]], f"{failed} of {calls} recent tool calls failed "
+            "(the tool raised, hung or returned what JSON cannot hold)",
+            "read them (check_status.py --samples 5 --worst): a bug in tools.py fails every rollout alike; a model "
+            "that calls tools wrongly needs a clearer docstring or system_prompt", value=round(failed / calls, 3))
+    hit = [s for s in window if s.get("max_turns_hit")]
+    if len(hit) / n > MAX_TURNS_SHARE_MAX:
+        add("max_turns_hit", hit, f"{len(hit)} of {n} recent rollouts ran out of max_turns before a final answer",
+            "raise max_turns in agent.json, or tell the model (system_prompt) to answer once it has the result")
     return out
 
 

@@ -71,13 +71,25 @@ def _scalar(value: Any) -> bool:  # a row id: the task's own, any JSON scalar
     return value is None or type(value) in (str, int, bool) or (type(value) is float and metric(value))
 
 
+def _turn(value: Any) -> bool:  # one turn of a sample's trajectory (sample_turns.split writes them)
+    calls = value.get("tool_calls", []) if type(value) is dict else None
+    return (type(value) is dict and type(value.get("role")) is str and _text(value.get("content"))
+            and type(calls) is list and all(type(c) is dict and type(c.get("name")) is str
+                                            and type(c.get("arguments")) is str for c in calls))
+
+
+def _trajectory(value: Any) -> bool:
+    return value is None or (type(value) is list and all(_turn(t) for t in value))
+
+
 # A sample line's fields (samples.from_events writes them) and the test each value must pass.
 SAMPLE_FIELDS = {
     "rollout_id": lambda v: type(v) is str and bool(v), "run_id": _text, "split": _text,
     "step": lambda v: v is None or step(v) is not None, "row_id": _scalar, "state": _text,
     "prompt": _text, "response": _text, "reward": reward, "reason": _text, "judge_error": _text,
     "response_tokens": count, "finish_reason": _text, "model_calls": count, "http_status": count,
-    "error": _text, "time": _text,
+    "error": _text, "time": _text, "tool_calls": count, "tool_errors": count, "turns": count, "turns_cut": count,
+    "max_turns_hit": lambda v: v is None or type(v) is bool, "trajectory": _trajectory,
 }
 
 

@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import files, run_dir, run_records
+from agentic_rl import files, run_dir, run_records, sample_turns
 
 DIR = run_dir.SAMPLES_DIR
 VAL, VAL_PREV, TRAIN, TRAIN_OLD, STATE = "val.jsonl", "val.prev.jsonl", "train.jsonl", "train.1.jsonl", "state.json"
@@ -110,8 +110,10 @@ def _iso(ts: float | None) -> str:
 
 def from_events(events: list[dict], *, run_id: str, rollout_id: str, split: str, step: int | None,
                 row_id: Any, state: str | None, finished_at: float | None = None, error: str | None = None) -> dict:
-    """One sample from a rollout's gateway events (dicts with event_type and data). The last model call
-    is the response shown; its request is the prompt (a multi-turn agent's last request holds the turns)."""
+    """One sample from a rollout's gateway events (dicts with event_type and data). The last model call's
+    request holds the prompt and every earlier turn (a multi-turn agent sends them all); its reply is the
+    last turn and the response shown. The counts: model calls (the gateway's), tool calls and turns (of
+    that trajectory), tool_errors and max_turns_hit (as the agent's reward event reports them, else None)."""
     calls = [e.get("data") or {} for e in events if e.get("event_type") == "model_request"]
     rewards = [e.get("data") or {} for e in events if e.get("event_type") == "reward"]
     last = calls[-1] if calls else {}
@@ -120,14 +122,24 @@ def from_events(events: list[dict], *, run_id: str, rollout_id: str, split: str,
     reward_data = rewards[-1] if rewards else {}
     reason = reward_data.get("reason") if isinstance(reward_data.get("reason"), str) else None
     finish = last.get("finish_reason") or _first_choice(response).get("finish_reason")
+    reply = _first_choice(response).get("message")
+    messages = request.get("messages")
+    prompt_messages, turns = sample_turns.split(messages, reply if isinstance(reply, dict) else None) \
+        if isinstance(messages, list) else (None, [])
+    tool_errors, max_hit = reward_data.get("tool_errors"), reward_data.get("max_turns_hit")
     sample = {
         "run_id": run_id, "rollout_id": rollout_id, "split": split, "step": step, "row_id": row_id,
-        "state": state, "prompt": render_request(request), "response": _response_text(response),
+        "state": state, "prompt": render_request({"messages": prompt_messages} if prompt_messages is not None else request),
+        "response": _response_text(response),
         "reward": reward_of(reward_data.get("value")), "reason": reason,
         "judge_error": reason if reason and reason.startswith(JUDGE_ERROR_PREFIX) else None,
         "response_tokens": _response_tokens(last, response), "finish_reason": finish if isinstance(finish, str) else None,
-        "model_calls": len(calls), "http_status": last.get("http_status"), "error": error,
-        "time": _iso(finished_at),
+        "model_calls": len(calls), "tool_calls": sum(len(t.get("tool_calls", ())) for t in turns),
+        "turns": sum(t["role"] == "assistant" for t in turns),
+        "tool_errors": tool_errors if isinstance(tool_errors, int) and not isinstance(tool_errors, bool) else None,
+        "max_turns_hit": max_hit if isinstance(max_hit, bool) else None,
+        "http_status": last.get("http_status"), "error": error, "time": _iso(finished_at),
+        "trajectory": turns if len(turns) > 1 else [],  # a one-call rollout: the response says it all
     }
     if isinstance(response.get("error"), (dict, str)) and not sample["error"]:
         err = response["error"]
@@ -136,18 +148,19 @@ def from_events(events: list[dict], *, run_id: str, rollout_id: str, split: str,
 
 
 def bounded(sample: dict) -> dict:
-    """Cut prompt and response to their limits (halving them until the line fits LINE_MAX_BYTES)."""
-    prompt, response = sample["prompt"], sample["response"]
-    limits = (PROMPT_MAX, RESPONSE_MAX)
+    """Cut prompt, response and trajectory to their limits (halving them until the line fits LINE_MAX_BYTES)."""
+    prompt, response, turns = sample["prompt"], sample["response"], sample.get("trajectory") or []
+    limits = (PROMPT_MAX, RESPONSE_MAX, sample_turns.TURN_MAX, sample_turns.TURNS_KEPT)
     while True:
         sample["prompt"], sample["prompt_cut"] = cut(prompt, limits[0])
         sample["response"], sample["response_cut"] = cut(response, limits[1])
+        sample["trajectory"], sample["turns_cut"] = sample_turns.cut_all(turns, limits[2], limits[3], cut)
         for key in ("reason", "judge_error", "error"):
             if isinstance(sample.get(key), str):
                 sample[key] = sample[key][:500]
-        if len(encode(sample)) <= LINE_MAX_BYTES or limits == (0, 0):
+        if len(encode(sample)) <= LINE_MAX_BYTES or limits == (0, 0, 0, 0):
             return sample
-        limits = (limits[0] // 2, limits[1] // 2)
+        limits = tuple(v // 2 for v in limits)
 
 
 def encode(sample: dict) -> bytes:
@@ -445,6 +458,10 @@ def marks(sample: dict, duplicates: set[str] = frozenset()) -> list[str]:
         out.append("rewarded_truncated_or_empty")
     if sample.get("judge_error"):
         out.append("judge_error")
+    if sample.get("tool_errors"):
+        out.append("tool_errors")
+    if sample.get("max_turns_hit"):
+        out.append("max_turns_hit")
     if not empty(sample) and norm(str(sample.get("response"))) in duplicates:
         out.append("same_as_other_prompts")
     return out

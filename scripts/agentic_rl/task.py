@@ -209,6 +209,18 @@ def load_judge(input_dir: str | os.PathLike) -> Callable[..., Any]:
     return fn
 
 
+def judge_wants_trajectory(fn: Callable[..., Any]) -> bool:
+    """Whether compute_reward takes a `trajectory` keyword (or **kwargs): then a multi-turn agent passes
+    the rollout's messages (tool calls and tool results included) there."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "trajectory" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD for p in params)
+
+
 # Agent Lightning 1.0.2 puts rewards into a bfloat16 tensor (verl/rollout_adapter.py): beyond this they are inf.
 BFLOAT16_MAX = 3.3895313892515355e38
 

@@ -26,7 +26,7 @@ PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
 BOM = b"\xef\xbb\xbf"
 
 
-AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class")
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class", "max_turns", "tool_timeout_s", "tool_isolation")
 
 
 AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -357,6 +357,9 @@ def agent_checks(input_dir: Path) -> list[Check]:
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
         out.append(Check(name, "fail", f"max_tokens must be a positive integer, got {max_tokens!r}",
                          "e.g. \"max_tokens\": 512", f"{name}:max_tokens"))
+    from agentic_rl import agent_rules
+
+    out += agent_rules.settings_checks(cfg, name)
     if "system_prompt" in cfg and not isinstance(cfg["system_prompt"], str):
         out.append(Check(name, "fail", "system_prompt must be a string", "write it as a JSON string",
                          f"{name}:system_prompt"))
@@ -560,10 +563,12 @@ def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
 
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
-             debug: bool = False, overrides: list[str] | tuple[str, ...] = ()) -> tuple[list[Check], dict]:
+             debug: bool = False, overrides: list[str] | tuple[str, ...] = (),
+             oracle: Path | None = None) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json. The config
-    checked is config.json with the `--` overrides applied, as start_training.sh would run it."""
-    from agentic_rl import judge_probe
+    checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
+    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer."""
+    from agentic_rl import agent_rules, judge_probe
 
     checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
     named = agent_class_to_probe(input_dir)
@@ -586,8 +591,16 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         template_checks.append(Check("task.goal", "ok", f"first prompt (train.jsonl:{lineno}): {shown}",
                                      where="task.goal"))
     checks += template_checks + rows_checks
+    tools = agent_rules.probe_tools(input_dir, judge_timeout) if (input_dir / "tools.py").is_file() else None
+    if tools is not None:  # imported in a child like the judge
+        checks += agent_rules.tools_checks(tools)
+        data["tools"] = tools.get("schemas")
+    script: dict = {}
+    if oracle is not None:
+        script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir))
+        checks += oracle_found
     if (input_dir / "judge.py").is_file():
-        samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+        samples = [(f"train.jsonl:{n}", _with_oracle(row, script)) for n, row in train.get("sample", [])]
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
@@ -596,4 +609,30 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
             checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
     checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
                + model_path_check(input_dir, cfg))
+    agent = _agent_or_none(input_dir)
+    why = agent_rules.multi_call(input_dir, agent) if agent else None
+    if why and cfg is not None:
+        checks += agent_rules.model_checks(cfg, agent, why)
+    data["multi_call"] = why
     return checks, data
+
+
+def _row_ids(input_dir: Path) -> set[str]:
+    """Every row id of train.jsonl and test.jsonl as text (an extra pass, only for --oracle)."""
+    return {str(row["id"]) for name in ("train.jsonl", "test.jsonl") if (input_dir / name).is_file()
+            for _, row, _ in iter_jsonl(input_dir / name) if isinstance(row, dict) and "id" in row}
+
+
+def _agent_or_none(input_dir: Path) -> dict | None:
+    try:
+        return task.load_agent_config(input_dir) if task.agent_config_path(input_dir) else None
+    except UserError:
+        return None  # agent_checks() reported it
+
+
+def _with_oracle(row: dict, script: dict) -> dict:
+    """A sampled row with its --oracle answer (the last content turn of its line), for the judge probe."""
+    from agentic_rl import judge_probe, oracle_turns
+
+    answer = oracle_turns.final_answer(script[str(row.get("id"))]) if str(row.get("id")) in script else None
+    return {**row, judge_probe.ORACLE_KEY: answer} if answer is not None else row

@@ -2,7 +2,8 @@
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
 Usage: python -m agentic_rl.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL] [--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]
+               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
+               [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
 foreground by hand too (it then takes O/training.lock and writes training.status itself):
@@ -41,7 +42,17 @@ import threading
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, job_config, learning_signal, rehearsal, run_dir, samples, task
+from agentic_rl import (
+    cli,
+    files,
+    job_config,
+    learning_signal,
+    oracle_turns,
+    rehearsal,
+    run_dir,
+    samples,
+    task,
+)
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs
 
@@ -302,7 +313,8 @@ class Run:
         endpoint = self.args.model_endpoint
         if not endpoint:
             template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
-            answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides())
+            script = oracle_turns.load(self.args.oracle) if self.args.oracle else None
+            answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides(), script)
             self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
             endpoint = self.oracle.url
         planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
@@ -341,10 +353,11 @@ class Run:
             if run_dir.is_disk_full(exc):
                 raise Failure("disk", f"writing {run_dir.REHEARSAL_FILE} failed: {exc}") from None
             raise
+        tools = f", {rep['tool_calls']} tool calls ({rep['tool_errors']} failed)" if rep["tool_calls"] else ""
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
-            f"{rep['judge_errors']} judge errors -> {self.output_dir / run_dir.REHEARSAL_FILE}")
+            f"{rep['judge_errors']} judge errors{tools} -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
-        problem = rehearsal.verdict(rep)  # a failed rollout, or one that ended without a reward
+        problem = rehearsal.verdict(rep, scripted=bool(self.args.oracle))  # a failed rollout, no reward, a tool bug
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
 
@@ -511,6 +524,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
     parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
+    parser.add_argument("--oracle", metavar="FILE", help="the oracle plays these turns per row (JSON Lines, examples.md)")
     parser.add_argument("--write-filtered", action="store_true",
                         help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)
@@ -530,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu_steps is not None and (args.cpu_steps < 1 or args.rehearse or args.gpus):
             raise UserError("--cpu-steps needs N >= 1 and neither --rehearse nor --gpus", "e.g. --cpu-steps 2",
                             cli.EXIT_USAGE)
+        if args.oracle and (not args.rehearse or args.model_endpoint):
+            raise UserError("--oracle works only with --rehearse and without --model-endpoint",
+                            "the oracle file is what the rehearsal's own model plays", cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
         if args.write_filtered and not (args.model_endpoint and args.sample):

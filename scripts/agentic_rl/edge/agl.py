@@ -8,7 +8,7 @@ port picked just before the start. The run's key travels only in the environment
 log or Hydra file. The model name (user input) travels the same way (ARL_MODEL_NAME): Hydra
 never parses it, so `${oc.env:...}` in it stays literal text and a trailing backslash cannot
 break the override lexer. The services get scripts/ on PYTHONPATH and never the task folder
-(the agents add it themselves, after the standard library: agent.py). Their logs are 0600.
+(the agents add it themselves, after the standard library: agents/kit.py, task.add_task_path). Their logs are 0600.
 
     >>> from agentic_rl.edge.agl import controller_tuning
     >>> controller_tuning(rollouts_per_step=64, cpus=2, rehearse=True)

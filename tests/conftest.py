@@ -19,6 +19,20 @@ sys.path.insert(0, str(ROOT / "tools"))  # make_tiny_model: tests build their mo
 
 
 @pytest.fixture(autouse=True)
+def task_code_forgotten():
+    """Task code run in-process (tools.py, an agent) puts its folder on sys.path (task.add_task_path) and
+    its modules (judge, tools) in sys.modules, as an agent process would: later tests must see neither."""
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+    yield
+    added = {str(Path(p).resolve()) for p in sys.path if p and p not in saved_path}
+    sys.path[:] = saved_path
+    for name in set(sys.modules) - saved_modules:
+        origin = getattr(sys.modules.get(name), "__file__", None) or ""
+        if origin and any(origin.startswith(folder + os.sep) for folder in added):
+            del sys.modules[name]
+
+
+@pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     """Point every state path at tmp_path so no test touches real state."""
     monkeypatch.setenv("EVO_INPUT_DIR", str(tmp_path / "no-input"))

@@ -138,7 +138,7 @@ class CpuRun:
     def cleanup(self) -> dict:
         left = {rid: [p.pid for p in procs.find_run_processes(rid)] for rid in self.run_ids}
         for rid in self.run_ids:
-            procs.kill_run(rid)
+            procs.kill_run(rid, None)
         shutil.rmtree(self.root, ignore_errors=True)
         return left
 

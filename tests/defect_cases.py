@@ -373,7 +373,7 @@ JUDGE_EXITS = ("import os, sys, json\nFIRST = json.loads(open(os.path.join(os.pa
 
 # An agent that checks env_map's documented form reached it: {"NAME": "input.<field>"} (issue 18 E.18).
 ENV_AGENT = """import json, os
-from agentic_rl.agent import TemplateJudgeAgent
+from agentic_rl.agents.template import TemplateJudgeAgent
 class EnvAgent(TemplateJudgeAgent):
     def run(self):
         row = json.loads(os.environ["ARL_ROW"])

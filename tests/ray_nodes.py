@@ -62,7 +62,7 @@ class Cluster:
             try:
                 return self._start_once(args, name, gpus, cpus, {**(env or {}), "EVO_RUN_ID": marker})
             except RuntimeError:
-                procs.kill_run(marker, timeout=10)  # what the failed start left of this node
+                procs.kill_run(marker, None, timeout=10)  # what the failed start left of this node
                 if attempt == tries - 1:
                     raise
             finally:
@@ -111,7 +111,7 @@ class Cluster:
         return [p for marker in self.markers for p in procs.find_run_processes(marker)]
 
     def stop(self) -> list[int]:
-        left = [pid for marker in self.markers for pid in procs.kill_run(marker, timeout=10)]
+        left = [pid for marker in self.markers for pid in procs.kill_run(marker, None, timeout=10)]
         for temp in self.temp_dirs:
             shutil.rmtree(temp, ignore_errors=True)
         return left

@@ -74,7 +74,7 @@ def run_ids():
     left = {rid: [f"{p.pid} {procs.cmdline(p.pid)}" for p in procs.find_run_processes(rid) if not gone(p)]
             for rid in ids}
     for rid in ids:
-        procs.kill_run(rid)
+        procs.kill_run(rid, None)
     assert not any(left.values()), f"processes left behind: {left}"
 
 

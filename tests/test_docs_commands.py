@@ -21,6 +21,7 @@ import sys
 
 import pytest
 from agentic_rl import run_dir
+from agentic_rl.edge import hub
 from conftest import EXAMPLE, ROOT
 from launch_helpers import wait_done
 from make_tiny_model import make_tiny_model
@@ -105,6 +106,8 @@ def test_the_docs_commands_as_written(tmp_path, output_dir):
     rows = (task / "test.jsonl").read_text().splitlines()[:8]  # a rehearsal of 8 rows: the same path, faster
     (task / "test.jsonl").write_text("\n".join(rows) + "\n")
     make_tiny_model(tmp_path / "models" / MODEL)
+    # As if `--download ORG/NAME` had fetched it: the doc's download then reuses it (it asks no hub here).
+    (tmp_path / "models" / MODEL / hub.SOURCE_FILE).write_text(json.dumps({"repo_id": f"ORG/{MODEL}"}))
     bin_dir = tmp_path / "bin"  # `python` as SKILL.md writes it: here, the interpreter running the tests
     bin_dir.mkdir()
     (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')

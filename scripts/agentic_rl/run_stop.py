@@ -200,7 +200,7 @@ def cluster_leftovers(output_dir: Path, address: str, run_id: str, force: bool, 
     from agentic_rl.edge import ray_cluster
 
     try:
-        return ray_cluster.sweep_run(address, run_id, [os.getpid()], python=python if python and Path(python).exists()
+        return ray_cluster.sweep_run(address, run_id, output_dir, [os.getpid()], python=python if python and Path(python).exists()
                                      else None)
     except UserError as exc:
         return {f"the Ray cluster at {address}": f"not reached: {exc.message}"}

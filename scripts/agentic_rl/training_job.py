@@ -445,7 +445,7 @@ class Run:
         from agentic_rl.edge import ray_cluster
 
         try:
-            by_node = ray_cluster.sweep_run(self.joins_ray, self.run_id, [os.getpid()])
+            by_node = ray_cluster.sweep_run(self.joins_ray, self.run_id, self.output_dir, [os.getpid()])
         except UserError as exc:
             log(f"could not sweep the Ray cluster's nodes: {exc.message}")
             return {"error": exc.message}

@@ -248,27 +248,28 @@ def _sweep_here(address: str, spec: dict) -> dict:
     _connect(address, ship_code=True)
     try:
         nodes = _node_rows()
-        left = _on_each_node(nodes, node_sweep, spec["run_id"], spec.get("exclude_pids") or [])
+        left = _on_each_node(nodes, node_sweep, spec["run_id"], spec["folder"], spec.get("exclude_pids") or [])
     finally:
         ray.shutdown()
     return {"nodes": nodes, "left": left}
 
 
-def node_sweep(run_id: str, exclude_pids: list[int]) -> dict:
-    """On one node: SIGTERM, wait, SIGKILL every process carrying EVO_RUN_ID=run_id (procs.kill_run:
-    nothing else is touched); {"hostname", "left": [pids still alive]}."""
+def node_sweep(run_id: str, folder: str, exclude_pids: list[int]) -> dict:
+    """On one node: SIGTERM, wait, SIGKILL every process carrying EVO_RUN_ID=run_id and ARL_OUTPUT_DIR=folder
+    (procs.kill_run: nothing else is touched; the folder is shared, so its path is the same on every node);
+    {"hostname", "left": [pids still alive]}."""
     import platform
 
     from agentic_rl.edge import procs
 
-    return {"hostname": platform.node(), "left": procs.kill_run(run_id, exclude_pids=exclude_pids)}
+    return {"hostname": platform.node(), "left": procs.kill_run(run_id, folder, exclude_pids=exclude_pids)}
 
 
-def sweep_run(address: str, run_id: str, exclude_pids: list[int], timeout: float = 120.0,
+def sweep_run(address: str, run_id: str, folder: str, exclude_pids: list[int], timeout: float = 120.0,
               python: str | None = None) -> dict:
     """{node label: [pids left]} after every node of the cluster stopped the run's processes there.
     python: the interpreter to drive Ray with (the cluster's Python; default this one)."""
-    out = _child(address, "_sweep_here", {"run_id": run_id, "exclude_pids": exclude_pids}, timeout, python)
+    out = _child(address, "_sweep_here", {"run_id": run_id, "folder": str(folder), "exclude_pids": exclude_pids}, timeout, python)
     labels = {n["node_id"]: node_label(n) for n in out["nodes"]}
     return {labels.get(node_id, node_id): (res.get("left") if "left" in res else res)
             for node_id, res in out["left"].items()}

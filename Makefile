@@ -31,7 +31,7 @@ $(VERL_STAMP): tools/build_verl_venv.sh tools/verl-constraints.txt
 
 lint: $(STAMP)
 	$(PY) -m ruff check scripts tests bench tools assets/generate_example.py
-	$(VENV)/bin/shellcheck scripts/*.sh tools/*.sh .ci/run
+	$(VENV)/bin/shellcheck scripts/*.sh tools/*.sh assets/slurm/*.sbatch .ci/run
 	@rm -rf build/skill-lint && mkdir -p build/skill-lint/agentic-rl && cp SKILL.md build/skill-lint/agentic-rl/ \
 	  && $(VENV)/bin/agentskills validate build/skill-lint/agentic-rl
 

@@ -93,12 +93,21 @@ def capsys(capsys):
     return StrictCapture(capsys)
 
 
+def copy_example(root: Path, train_rows: int | None = None, test_rows: int | None = None) -> Path:
+    """root/task: a private copy of assets/example, its train/test files cut to their first rows when asked."""
+    dest = root / "task"
+    shutil.copytree(EXAMPLE, dest)
+    for name, n in (("train.jsonl", train_rows), ("test.jsonl", test_rows)):
+        if n is not None:
+            lines = (dest / name).read_text().splitlines()[:n]
+            (dest / name).write_text("\n".join(lines) + "\n")
+    return dest
+
+
 @pytest.fixture
 def example_task(tmp_path) -> Path:
     """A private copy of assets/example, safe to modify."""
-    dest = tmp_path / "task"
-    shutil.copytree(EXAMPLE, dest)
-    return dest
+    return copy_example(tmp_path)
 
 
 def run_module(name: str, *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 from agentic_rl import run_dir
 from agentic_rl.edge import procs
-from conftest import ROOT, run_script
+from conftest import ROOT, copy_example, run_script
 from make_tiny_model import make_tiny_model
 
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
@@ -56,11 +56,7 @@ def verl_venv_problem() -> str | None:
 
 def make_task(root: Path) -> Path:
     """assets/example cut to 4/2 rows, the tiny model, a graded judge, lr 1e-3 (so weights visibly move)."""
-    task = root / "task"
-    shutil.copytree(ROOT / "assets" / "example", task)
-    for name, n in (("train.jsonl", TRAIN_ROWS), ("test.jsonl", TEST_ROWS)):
-        lines = (task / name).read_text().splitlines()[:n]
-        (task / name).write_text("\n".join(lines) + "\n")
+    task = copy_example(root, TRAIN_ROWS, TEST_ROWS)
     agent = json.loads((task / "agent.json").read_text())
     (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 16}))
     (task / "judge.py").write_text(GRADED_JUDGE)

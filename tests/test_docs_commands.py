@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import sys
 import pytest
 from agentic_rl import run_dir
 from agentic_rl.edge import hub
-from conftest import EXAMPLE, ROOT
+from conftest import ROOT, copy_example
 from launch_helpers import wait_done
 from make_tiny_model import make_tiny_model
 
@@ -101,10 +100,7 @@ def as_run(command: str) -> str:
 
 @pytest.mark.parametrize("output_dir", ["set", "unset"], ids=["EVO_OUTPUT_DIR-set", "EVO_OUTPUT_DIR-unset"])
 def test_the_docs_commands_as_written(tmp_path, output_dir):
-    task = tmp_path / "task"
-    shutil.copytree(EXAMPLE, task)
-    rows = (task / "test.jsonl").read_text().splitlines()[:8]  # a rehearsal of 8 rows: the same path, faster
-    (task / "test.jsonl").write_text("\n".join(rows) + "\n")
+    task = copy_example(tmp_path, test_rows=8)  # a rehearsal of 8 test rows: the same path, faster
     make_tiny_model(tmp_path / "models" / MODEL)
     # As if `--download ORG/NAME` had fetched it: the doc's download then reuses it (it asks no hub here).
     (tmp_path / "models" / MODEL / hub.SOURCE_FILE).write_text(json.dumps({"repo_id": f"ORG/{MODEL}"}))

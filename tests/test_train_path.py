@@ -27,7 +27,7 @@ import psutil
 import pytest
 from agentic_rl import run_dir
 from agentic_rl.edge import procs
-from conftest import ROOT, fake_nvml_env, run_script
+from conftest import ROOT, copy_example, fake_nvml_env, run_script
 from make_tiny_model import VOCAB, make_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -62,11 +62,7 @@ def verl_venv():
 
 def make_task(tmp_path: Path) -> Path:
     """assets/example cut to 16/4 rows, the tiny model, and a config VERL's validate_config accepts."""
-    task = tmp_path / "task"
-    shutil.copytree(ROOT / "assets" / "example", task)
-    for name, n in (("train.jsonl", TRAIN_ROWS), ("test.jsonl", TEST_ROWS)):
-        lines = (task / name).read_text().splitlines()[:n]
-        (task / name).write_text("\n".join(lines) + "\n")
+    task = copy_example(tmp_path, TRAIN_ROWS, TEST_ROWS)
     agent = json.loads((task / "agent.json").read_text())
     (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny"}))
     cfg = json.loads((task / "config.json").read_text())

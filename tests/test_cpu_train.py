@@ -123,6 +123,23 @@ def test_installed_verl_still_has_every_line_the_stand_ins_replace(verl_venv):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], "VERL moved: update edge/cpu_train.STAND_INS"
 
 
+def test_the_rollout_engine_batches_requests_as_if_each_ran_alone(verl_venv, tmp_path):
+    """Requests decoded together give the tokens each gives alone, logprobs equal to a teacher-forced
+    forward pass (as the trainer recomputes them), each row its own max_tokens, and a weight update
+    asked for mid-batch waits for the batch."""
+    from make_tiny_model import make_tiny_model
+
+    make_tiny_model(tmp_path / "tiny")
+    proc = subprocess.run([str(VERL_PY), str(TESTS / "cpu_engine_probe.py"), str(tmp_path / "tiny")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["same_tokens"] == [True] * 5
+    assert got["logprob_err"] < 1e-4
+    assert got["lengths"] == got["asked"] and got["finish"] == ["length"] * 5
+    assert got["largest_batch"] == 5 and got["update_waited"] is True
+
+
 def test_cpu_steps_refuses_gpus_and_rehearse(tmp_path):
     from conftest import run_script
 

@@ -12,9 +12,9 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
   Lightning's proxy (agentlightning/server/routes/events.py reads them): top-level
   prompt_token_ids, choices[0].token_ids, and with logprobs choices[0].logprobs.content[].logprob
   (VERL's default logprobs_mode processed_logprobs: after temperature and top-k/top-p). Unlike vLLM
-  it generates at most rollout.response_length tokens, all that a rollout trains on. Requests run
-  at once, each in its own thread (torch releases the GIL in its kernels), up to
-  rollout.max_num_seqs or 4 per core; a weight update waits for the running ones and holds new ones back.
+  it generates at most rollout.response_length tokens, all that a rollout trains on. Requests that
+  arrive together are decoded as one batch (edge/cpu_generate.Engine, as vLLM batches), up to
+  rollout.max_num_seqs or 8 per core; a weight update waits for the running batch and holds new ones back.
 - CpuServerAdapter (BaseRollout, inside the actor worker): update_weights gets the per-tensor
   weights from VERL's checkpoint engine and sends them to its replica's server.
 - CpuReplica (RolloutReplica): launch_servers starts the server next to the replica's first worker.
@@ -27,76 +27,20 @@ import asyncio
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
 
+from agentic_rl.edge.cpu_generate import Engine, Gate
+
 logger = logging.getLogger(__name__)
 ROLLOUT_NAME = "vllm"  # the name the config keeps; VERL's registry maps it to these classes on CPU
-SERVER_THREADS = 1  # torch threads per request: requests run side by side instead
-MAX_PARALLEL_PER_CPU = 4  # generations at once per core (vLLM's max_num_seqs is sized for a GPU)
-
-
-class Gate:
-    """Many generations at once, or one weight update alone (a readers-writer lock)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-
-    def enter(self) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writing)
-            self._readers += 1
-
-    def leave(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            self._cond.notify_all()
-
-    def write(self, fn) -> Any:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writing)
-            self._writing = True
-            self._cond.wait_for(lambda: self._readers == 0)
-        try:
-            return fn()
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
+MAX_BATCH_PER_CPU = 8  # sequences decoded together per core (vLLM's max_num_seqs is sized for a GPU)
 
 
 class RequestError(Exception):
     """A request vLLM would answer with 400."""
-
-
-def sample_next(logits, temperature: float, top_k: int, top_p: float, generator, processed: bool) -> tuple[int, float]:
-    """One token from the last position's logits, as vLLM samples: greedy at temperature 0, else
-    temperature, top-k, top-p. Its logprob is from the processed distribution (VERL's default
-    logprobs_mode) or the raw one."""
-    import torch
-
-    raw = torch.log_softmax(logits.float(), dim=-1)
-    if not temperature or temperature <= 0:
-        token = int(torch.argmax(raw))
-        return token, float(raw[token])
-    scaled = logits.float() / temperature
-    if top_k and 0 < top_k < scaled.numel():
-        kth = torch.topk(scaled, top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p and top_p < 1.0:
-        order = torch.argsort(scaled, descending=True)
-        probs = torch.softmax(scaled[order], dim=-1)
-        drop = torch.cumsum(probs, dim=-1) - probs > top_p
-        scaled[order[drop]] = float("-inf")
-    logp = torch.log_softmax(scaled, dim=-1)
-    token = int(torch.multinomial(logp.exp(), 1, generator=generator))
-    return token, float(logp[token] if processed else raw[token])
 
 
 class CpuLLMServer:
@@ -108,7 +52,6 @@ class CpuLLMServer:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch.set_num_threads(SERVER_THREADS)
         self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
@@ -122,10 +65,9 @@ class CpuLLMServer:
         self.eos_ids.discard(None)
         self.replica_rank = replica_rank
         self.gate = Gate()
-        # Its own threads: a caller's use of the loop's default pool must not starve the generations.
-        parallel = max(1, min(int(max_num_seqs), MAX_PARALLEL_PER_CPU * (os.cpu_count() or 1)))
-        self.slots = asyncio.Semaphore(parallel)
-        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="cpu-rollout")
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.engine = Engine(self.model, self.eos_ids, int(pad or 0), self.processed_logprobs,
+                             max(1, min(int(max_num_seqs), MAX_BATCH_PER_CPU * (os.cpu_count() or 1))), self.gate)
         self.global_steps: int | None = None
         self.weight_version = 0
         self.counts = {"requests": 0, "tokens": 0, "busy_s": 0.0, "max_parallel": 0}
@@ -186,6 +128,9 @@ class CpuLLMServer:
         if not chat:
             prompt = body.get("prompt", "")
             if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+                vocab = self.model.get_input_embeddings().num_embeddings
+                if any(not 0 <= t < vocab for t in prompt):  # as vLLM: a 400, not a crash in the batch
+                    raise RequestError(f"prompt token ids must be in [0, {vocab})")
                 return list(prompt)
             if not isinstance(prompt, str):
                 raise RequestError("prompt must be a string or a list of token ids")
@@ -214,46 +159,18 @@ class CpuLLMServer:
                 "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
                 "seed": int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little")}
 
-    def generate(self, prompt_ids: list[int], params: dict) -> tuple[list[int], list[float], str]:
-        """One sequence, token by token with the KV cache (runs in a worker thread)."""
-        import torch
-
-        gen = torch.Generator().manual_seed(params["seed"])
-        eos = self.eos_ids
-        ids, logps, past, finish = [], [], None, "length"
-        step_in = torch.tensor([prompt_ids], dtype=torch.long)
-        self.gate.enter()
-        try:
-            for _ in range(params["max_tokens"]):
-                with torch.no_grad():
-                    out = self.model(input_ids=step_in, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                token, logp = sample_next(out.logits[0, -1], params["temperature"], params["top_k"], params["top_p"],
-                                          gen, self.processed_logprobs)
-                ids.append(token)
-                logps.append(logp)
-                if token in eos:
-                    finish = "stop"
-                    break
-                step_in = torch.tensor([[token]], dtype=torch.long)
-        finally:
-            self.gate.leave()
-        return ids, logps, finish
-
     async def complete(self, body: dict, chat: bool) -> dict:
         if body.get("stream"):
             raise RequestError("streaming is not supported by the CPU rollout server")
         prompt_ids = self.prompt_ids(body, chat)
         params = self.sampling(body, len(prompt_ids))
-        async with self.slots:
-            self._running += 1
-            self.counts["max_parallel"] = max(self.counts["max_parallel"], self._running)
-            started = time.monotonic()
-            try:
-                ids, logps, finish = await asyncio.get_running_loop().run_in_executor(
-                    self.pool, self.generate, prompt_ids, params)
-            finally:
-                self._running -= 1
+        self._running += 1
+        started = time.monotonic()
+        try:
+            ids, logps, finish = await asyncio.wrap_future(self.engine.submit(prompt_ids, params))
+        finally:
+            self._running -= 1
+        self.counts["max_parallel"] = self.engine.largest_batch
         self.counts["requests"] += 1
         self.counts["tokens"] += len(ids)
         self.counts["busy_s"] += time.monotonic() - started

@@ -93,10 +93,10 @@ def capsys(capsys):
     return StrictCapture(capsys)
 
 
-def copy_example(root: Path, train_rows: int | None = None, test_rows: int | None = None) -> Path:
-    """root/task: a private copy of assets/example, its train/test files cut to their first rows when asked."""
+def copy_example(root: Path, train_rows: int | None = None, test_rows: int | None = None, source: Path = EXAMPLE) -> Path:
+    """root/task: a private copy of assets/example (or source), its train/test files cut to their first rows when asked."""
     dest = root / "task"
-    shutil.copytree(EXAMPLE, dest)
+    shutil.copytree(source, dest)
     for name, n in (("train.jsonl", train_rows), ("test.jsonl", test_rows)):
         if n is not None:
             lines = (dest / name).read_text().splitlines()[:n]

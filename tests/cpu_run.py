@@ -150,18 +150,19 @@ def wait_for(predicate, what: str, out: Path, timeout: float):
     raise AssertionError(f"timed out waiting for {what}; status {run_dir.read_status(out)}; log:\n{log}")
 
 
-def new_run(steps: int = 2, watch=None) -> CpuRun:
-    """Build the task and run `start_training.sh --cpu-steps STEPS` to its end."""
+def new_run(steps: int = 2, watch=None, make=make_task, extra: tuple[str, ...] = (), env: dict | None = None) -> CpuRun:
+    """Build the task (make(root)) and run `start_training.sh --cpu-steps STEPS [EXTRA]` to its end;
+    env is added to the run's environment."""
     root = Path(tempfile.mkdtemp(prefix="arl-cpu-"))
     models = root / "models"
     make_tiny_model(models / "tiny")
     ray_tmp = Path(tempfile.mkdtemp(prefix="arl-ray-", dir=root))  # short: Ray's socket paths are capped
     env = {**RAY_ENV, "EVO_MODELS_DIR": str(models), "HF_HOME": str(root / "hf-home"), "RAY_TMPDIR": str(ray_tmp),
-           "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs")}
+           "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs"), **(env or {})}
     env.pop("PYTHON", None)
-    run = CpuRun(root, make_task(root), root / "out", models, env)
+    run = CpuRun(root, make(root), root / "out", models, env)
     try:
-        run.run("--cpu-steps", str(steps), watch=watch)
+        run.run("--cpu-steps", str(steps), *extra, watch=watch)
     except BaseException:
         run.cleanup()  # a failed start leaves no process and no folder behind either
         raise

@@ -32,9 +32,22 @@ VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in rang
     "Answer", "Compute", "the", "value", "of", "this", "expression"]
 HIDDEN, LAYERS, INTER = 32, 2, 64
 DEFAULT_POSITIONS = 2048  # 512 prompt + 512 response tokens fit twice
-# ChatML, as Qwen2's: the CPU rollout server (like vLLM) serves chat only with a template.
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# ChatML, as Qwen2.5's, with its tool format: the tools in the system turn, an assistant's tool calls as
+# <tool_call>{json}</tool_call>, tool results as a user turn in <tool_response>. The CPU rollout server
+# (like vLLM) serves chat only with a template; Agent Lightning merges a rollout's turns into one
+# trajectory only when each prompt starts with the previous prompt and response, so a turn renders
+# the same in every later prompt (arguments as the agent sends them back: a JSON string).
+CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% if messages and messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] }}\n{% endif %}<tools>{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools><|im_end|>\n{% endif %}"
+    "{% for m in messages %}{% if m['role'] == 'system' and tools and loop.first %}"
+    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['content'] is string else '' }}"
+    "{% for c in m['tool_calls'] or [] %}{% set f = c['function'] %}<tool_call>\n{\"name\": \"{{ f['name'] }}\", "
+    "\"arguments\": {{ f['arguments'] if f['arguments'] is string else f['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def tensors() -> dict:

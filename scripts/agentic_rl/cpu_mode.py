@@ -14,7 +14,10 @@ every changed key is returned (and shown in the start message, training.log and 
   workers/engine/fsdp/transformer_impl.py:392), attention sdpa (flash_attention_2 is CUDA-only),
   torch.compile off (on CPU inductor builds C++ for minutes; the functions are the same eagerly),
   one agent-loop and one reward-loop worker (Agent Lightning drives rollouts itself: VERL's idle
-  pools cost ~0.5 GB each), Ray told the ranks as logical GPUs and the CPUs its placement asks for.
+  pools cost ~0.5 GB each), Ray told the ranks as logical GPUs and the CPUs its placement asks for;
+- with --oracle FILE, actor_rollout_ref.rollout.custom.cpu_oracle: the rows' oracle turns, which the
+  CPU rollout server forces as the model's own tokens (edge/cpu_oracle.py; a check of the agent's
+  multi-turn path, not training on the oracle).
 
 The optimizer, the algorithm, the loss, the logger and the rows are the user's.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 BATCH_PER_RANK = 2
@@ -37,6 +41,7 @@ MAX_RESPONSE = 32
 SMALL_MODEL_PARAMS = 50_000_000  # a model under this is trained as it is, byte for byte
 STEPS_DEFAULT = 2
 HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
+ORACLE_KEY = "actor_rollout_ref.rollout.custom.cpu_oracle"  # --oracle: the answers the CPU server plays
 
 
 def _dig(tree: dict, dotted: str, default: Any = None) -> Any:
@@ -111,6 +116,17 @@ def plan_changes(get: Callable[..., Any], steps: int, train_rows: int, cpus: int
         want["ray_kwargs.ray_init.num_cpus"] = max(cpus, 3 * ranks + 1)
         want["ray_kwargs.ray_init.include_dashboard"] = False
     return want
+
+
+def write_oracle(script_file: str, rows: list[dict], template: str, path: Path) -> dict:
+    """--cpu-steps --oracle FILE: {rendered prompt: turns} for the rows FILE has a line for, written to
+    path for the CPU rollout server (edge/cpu_oracle.py), which forces those turns; the change to record."""
+    from agentic_rl import files, oracle_turns, rehearsal
+
+    script = oracle_turns.load(script_file)
+    answers = rehearsal.oracle_answers([r for r in rows if str(r.get("id")) in script], template, None, script)
+    files.atomic_write_json(path, answers)
+    return {"key": ORACLE_KEY, "from": None, "to": str(path)}
 
 
 def changes(get: Callable[..., Any], want: dict[str, Any]) -> list[dict]:

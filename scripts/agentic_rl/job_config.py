@@ -336,6 +336,12 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         _set(cfg, "trainer.resume_mode", mode)
     cpu = apply_cpu_mode(cfg, run, len(train_rows), joins := os.environ.get("RAY_ADDRESS")
                          or _get(cfg, "ray_kwargs.ray_init.address")) if getattr(run, "cpu_steps", None) else None
+    if cpu is not None and getattr(args, "oracle", None):
+        from agentic_rl import cpu_mode
+
+        cpu["changed"].append(cpu_mode.write_oracle(args.oracle, train_rows + test_rows, (
+            run.input_dir / "task.goal").read_text(encoding="utf-8"), out / run_dir.CPU_ORACLE_FILE))
+        _set(cfg, cpu_mode.ORACLE_KEY, cpu["changed"][-1]["to"])
     n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1) or 1)
     batch = int(_get(cfg, "data.train_batch_size", 1) or 1)
     # VERL's dataloader yields data.gen_batch_size rows per step when given (drop_last), else train_batch_size.

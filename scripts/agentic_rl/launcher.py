@@ -63,7 +63,7 @@ output folder (D/../outputs) holds a run of another task (name the folder with -
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N | --rehearse [--model-endpoint URL | --oracle FILE] "
+                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N [--oracle FILE] | --rehearse [--model-endpoint URL | --oracle FILE] "
                                  "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -82,7 +82,9 @@ def build_parser() -> cli.ArgumentParser:
                    "instead of the oracle")
     p.add_argument("--sample", metavar="N", help="rehearse N train rows too")
     p.add_argument("--oracle", metavar="FILE", help="with --rehearse: the oracle plays these turns per row (tool "
-                   "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth")
+                   "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth. With "
+                   "--cpu-steps: the CPU model server forces these turns as the model's own tokens for the rows in the "
+                   "file (a check of the agent's multi-turn path through training, not training on the oracle)")
     p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
                    f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
@@ -106,9 +108,9 @@ def check_args(args) -> None:
     if args.cpu_steps is not None and (args.rehearse or args.gpus is not None):
         raise UserError("--cpu-steps trains on CPU: it takes neither --gpus nor --rehearse",
                         "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
-    if not args.rehearse and (args.model_endpoint or args.sample is not None or args.oracle):
-        raise UserError("--model-endpoint, --oracle and --sample work only with --rehearse", "add --rehearse",
-                        EXIT_USAGE)
+    if not args.rehearse and (args.model_endpoint or args.sample is not None or (args.oracle and not args.cpu_steps)):
+        raise UserError("--model-endpoint and --sample work only with --rehearse, --oracle with --rehearse or "
+                        "--cpu-steps", "add --rehearse (or, for --oracle, --cpu-steps N)", EXIT_USAGE)
     if args.write_filtered and not (args.rehearse and args.model_endpoint and int(args.sample or 0) > 0):
         raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N (N > 0): it keeps the "
                         "train rows whose rollouts by a real model got different rewards",

@@ -98,6 +98,20 @@ def final_answer(turns: list[dict]) -> str | None:
     return next((t["content"] for t in reversed(turns) if "content" in t), None)
 
 
+def request_call(messages: Any) -> tuple[str, int]:
+    """(prompt, k) of a chat request: the row is known by its prompt (the last user message, task.goal
+    rendered for the row), and the call by how many model calls of the rollout came before it (the
+    assistant messages the request already holds). The rehearsal's oracle and the CPU rollout server
+    (edge/cpu_oracle.py) both play turn k of that row.
+
+    >>> request_call([{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": None}])
+    ('2+3?', 1)
+    """
+    messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+    prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+    return prompt if isinstance(prompt, str) else "", sum(1 for m in messages if m.get("role") == "assistant")
+
+
 def message(turns: list[dict], k: int) -> dict:
     """The choice the oracle answers at model call k: {"message", "finish_reason"}."""
     turn = turns[min(k, len(turns) - 1)]

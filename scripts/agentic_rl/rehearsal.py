@@ -103,14 +103,12 @@ class OracleServer:
         if self.delay_s:
             time.sleep(self.delay_s)
         messages = body.get("messages") or []
-        prompt = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+        prompt, k = oracle_turns.request_call(messages)  # turn k of the prompt's row
         script = self.text_for(prompt)
         if script is None:
             self.unknown += 1
             script = ""
         turns = [{"content": script}] if isinstance(script, str) else script
-        # Turn k at the k-th model call of the rollout: the assistant messages the request already holds.
-        k = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         choice: dict[str, Any] = {"index": 0, **oracle_turns.message(turns, k)}
         message = choice["message"]
         text = message["content"] if isinstance(message["content"], str) else json.dumps(message.get("tool_calls"))

@@ -50,6 +50,7 @@ JUDGE_ERRORS_FILE = "judge_errors.jsonl"
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
 EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
+CPU_ORACLE_FILE = "cpu_oracle.json"  # --cpu-steps --oracle: the turns the CPU rollout server plays (cpu_mode.py)
 CPU_MODEL_DIR = "cpu_model"  # CPU training: the small model of the user's architecture (cpu_model.py)
 COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
 RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end

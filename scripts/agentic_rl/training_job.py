@@ -544,8 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu_steps is not None and (args.cpu_steps < 1 or args.rehearse or args.gpus):
             raise UserError("--cpu-steps needs N >= 1 and neither --rehearse nor --gpus", "e.g. --cpu-steps 2",
                             cli.EXIT_USAGE)
-        if args.oracle and (not args.rehearse or args.model_endpoint):
-            raise UserError("--oracle works only with --rehearse and without --model-endpoint",
+        if args.oracle and (not (args.rehearse or args.cpu_steps) or args.model_endpoint):
+            raise UserError("--oracle works only with --rehearse or --cpu-steps, and without --model-endpoint",
                             "the oracle file is what the rehearsal's own model plays", cli.EXIT_USAGE)
         if args.sample < 0:
             raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)

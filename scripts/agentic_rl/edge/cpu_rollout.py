@@ -15,6 +15,7 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
   it generates at most rollout.response_length tokens, all that a rollout trains on. Requests that
   arrive together are decoded as one batch (edge/cpu_generate.Engine, as vLLM batches), up to
   rollout.max_num_seqs or 8 per core; a weight update waits for the running batch and holds new ones back.
+  With --oracle (edge/cpu_oracle.py) a row's oracle turns are forced instead of sampled.
 - CpuServerAdapter (BaseRollout, inside the actor worker): update_weights gets the per-tensor
   weights from VERL's checkpoint engine and sends them to its replica's server.
 - CpuReplica (RolloutReplica): launch_servers starts the server next to the replica's first worker.
@@ -32,6 +33,7 @@ import uuid
 from functools import cache
 from typing import Any
 
+from agentic_rl.edge import cpu_oracle
 from agentic_rl.edge.cpu_generate import Engine, Gate
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,8 @@ class CpuLLMServer:
     """The HTTP server Agent Lightning's proxy calls; its control surface mirrors vLLMHttpServer's."""
 
     def __init__(self, model_path: str, max_model_len: int | None, max_num_seqs: int, logprobs_mode: str,
-                 response_length: int | None = None, replica_rank: int = 0, host: str | None = None):
+                 response_length: int | None = None, replica_rank: int = 0, host: str | None = None,
+                 oracle: str | None = None):
         import ray
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,6 +76,7 @@ class CpuLLMServer:
         self.counts = {"requests": 0, "tokens": 0, "busy_s": 0.0, "max_parallel": 0}
         self._running = 0
         self.host, self.port = host or ray.util.get_node_ip_address(), None
+        self.oracle = cpu_oracle.load(oracle) if oracle else None  # --oracle: rows whose turns are played
 
     # -- HTTP
 
@@ -164,10 +168,14 @@ class CpuLLMServer:
             raise RequestError("streaming is not supported by the CPU rollout server")
         prompt_ids = self.prompt_ids(body, chat)
         params = self.sampling(body, len(prompt_ids))
+        played = cpu_oracle.for_request(self, body, len(prompt_ids)) if chat and self.oracle else None
         self._running += 1
         started = time.monotonic()
         try:
-            ids, logps, finish = await asyncio.wrap_future(self.engine.submit(prompt_ids, params))
+            if played:  # one teacher-forced pass beside the batches
+                ids, logps, finish = await asyncio.to_thread(cpu_oracle.force, self, played, prompt_ids, params)
+            else:
+                ids, logps, finish = await asyncio.wrap_future(self.engine.submit(prompt_ids, params))
         finally:
             self._running -= 1
         self.counts["max_parallel"] = self.engine.largest_batch
@@ -177,7 +185,7 @@ class CpuLLMServer:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = played.message if played else {"role": "assistant", "content": text}
         else:
             choice["text"] = text
         if body.get("logprobs"):
@@ -315,7 +323,8 @@ def verl_classes() -> dict[str, type]:
             path = self.model_config.path if hasattr(self.model_config, "path") else self.model_config["path"]
             server = ray.remote(CpuLLMServer).options(**options).remote(
                 path, self.config.max_model_len, self.config.max_num_seqs, self.config.logprobs_mode,
-                self.config.response_length, self.replica_rank)
+                self.config.response_length, self.replica_rank,
+                oracle=(self.config.custom or {}).get(cpu_oracle.CUSTOM_KEY))
             host, port = await server.launch_server.remote()
             self.servers = [server]
             self._server_handle = server

@@ -28,11 +28,14 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts"), str(ROOT / "tools")]
 
 
 class PeakRss:
-    """The largest sum of RSS over the run's processes seen at any poll."""
+    """The largest sum of RSS over the run's processes seen at any poll, the processes then, and the
+    PSS sum (shared library pages counted once across processes: what the machine really gives)."""
 
     def __init__(self) -> None:
         self.peak = 0
         self.processes = 0
+        self.pss_peak = 0
+        self.largest: list[tuple[str, int]] = []
 
     def __call__(self, status: dict) -> None:
         import psutil
@@ -40,15 +43,19 @@ class PeakRss:
 
         if not status.get("run_id"):
             return
-        total, n = 0, 0
+        total, pss, seen = 0, 0, []
         for proc in procs.find_run_processes(status["run_id"]):
             try:
-                total += proc.memory_info().rss
-                n += 1
+                info = proc.memory_full_info()
+                seen.append((proc.name(), info.rss))
             except psutil.Error:
                 continue
+            total += info.rss
+            pss += getattr(info, "pss", info.rss)
+        self.pss_peak = max(self.pss_peak, pss)
         if total > self.peak:
-            self.peak, self.processes = total, n
+            self.peak, self.processes = total, len(seen)
+            self.largest = sorted(seen, key=lambda item: -item[1])[:8]
 
 
 def train_figures(steps: int) -> dict:
@@ -64,7 +71,9 @@ def train_figures(steps: int) -> dict:
                 "step_s": [round(s, 2) for s in per_step],
                 "s_per_step": round(statistics.median(per_step[1:] or per_step), 2), "target_s_per_step": 6,
                 "run_wall_s": round(wall, 1), "peak_rss_gb": round(rss.peak / 2**30, 2),
-                "processes_at_peak": rss.processes, "target_rss_gb": 3, "model": str(run.model)}
+                "processes_at_peak": rss.processes, "target_rss_gb": 3, "peak_pss_gb": round(rss.pss_peak / 2**30, 2),
+                "largest_at_peak_mb": [f"{name} {size // 2**20}" for name, size in rss.largest],
+                "model": str(run.model)}
     finally:
         run.cleanup()
 

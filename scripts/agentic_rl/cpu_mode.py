@@ -13,8 +13,9 @@ every changed key is returned (and shown in the start message, training.log and 
 - what only a GPU has: actor/ref/critic strategy fsdp2 (FSDP1 refuses CPU parameters,
   workers/engine/fsdp/transformer_impl.py:392), attention sdpa (flash_attention_2 is CUDA-only),
   torch.compile off (on CPU inductor builds C++ for minutes; the functions are the same eagerly),
-  one agent-loop and one reward-loop worker (Agent Lightning drives rollouts itself: VERL's idle
-  pools cost ~0.5 GB each), Ray told the ranks as logical GPUs and the CPUs its placement asks for;
+  no agent-loop or reward-loop workers and no idle Ray workers kept (Agent Lightning drives
+  rollouts itself: VERL's idle pools cost ~0.5 GB a process), Ray told the ranks as logical GPUs
+  and the CPUs its placement asks for;
 - with --oracle FILE, actor_rollout_ref.rollout.custom.cpu_oracle: the rows' oracle turns, which the
   CPU rollout server forces as the model's own tokens (edge/cpu_oracle.py; a check of the agent's
   multi-turn path, not training on the oracle).
@@ -108,13 +109,19 @@ def plan_changes(get: Callable[..., Any], steps: int, train_rows: int, cpus: int
     want["actor_rollout_ref.model.override_config.attn_implementation"] = "sdpa"
     for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile"):
         want[key] = False  # inductor on CPU compiles C++ for minutes; the same functions run eagerly
-    want["actor_rollout_ref.rollout.agent.num_workers"] = 1
-    want["reward.num_workers"] = 1
+    # Agent Lightning drives the rollouts and the agent gives the reward: VERL's agent-loop and
+    # reward-loop workers would only idle (~0.5 GB each).
+    want["actor_rollout_ref.rollout.agent.num_workers"] = 0
+    want["reward.num_workers"] = 0
     want[HOOK_KEY] = hook
     if ranks == 1:  # a joined cluster keeps its own resources
         want["ray_kwargs.ray_init.num_gpus"] = ranks
         want["ray_kwargs.ray_init.num_cpus"] = max(cpus, 3 * ranks + 1)
         want["ray_kwargs.ray_init.include_dashboard"] = False
+        # No idle Ray workers kept or prestarted: each imports torch and VERL (the stand-ins' hook),
+        # ~0.5 GB apiece, and this path runs actors, which never reuse them.
+        want["ray_kwargs.ray_init._system_config.prestart_worker_first_driver"] = False
+        want["ray_kwargs.ray_init._system_config.num_workers_soft_limit"] = 0
     return want
 
 

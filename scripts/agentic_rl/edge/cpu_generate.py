@@ -55,6 +55,23 @@ class Gate:
                 self._cond.notify_all()
 
 
+def processed_logits(logits, temperature: float, top_k: int, top_p: float):
+    """Logits after temperature, top-k and top-p, as vLLM samples (any leading dimensions, the
+    vocabulary last); masked tokens are -inf. Sampling and the forced turns' logprobs share it."""
+    import torch
+
+    scaled = logits.float() / temperature
+    if top_k and 0 < top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p and top_p < 1.0:
+        order = torch.argsort(scaled, dim=-1, descending=True)
+        probs = torch.softmax(torch.gather(scaled, -1, order), dim=-1)
+        drop = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, order, torch.cumsum(probs, -1) - probs > top_p)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled
+
+
 def sample_next(logits, temperature: float, top_k: int, top_p: float, generator, processed: bool) -> tuple[int, float]:
     """One token from the last position's logits, as vLLM samples: greedy at temperature 0, else
     temperature, top-k, top-p. Its logprob is from the processed distribution (VERL's default
@@ -65,16 +82,7 @@ def sample_next(logits, temperature: float, top_k: int, top_p: float, generator,
     if not temperature or temperature <= 0:
         token = int(torch.argmax(raw))
         return token, float(raw[token])
-    scaled = logits.float() / temperature
-    if top_k and 0 < top_k < scaled.numel():
-        kth = torch.topk(scaled, top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p and top_p < 1.0:
-        order = torch.argsort(scaled, descending=True)
-        probs = torch.softmax(scaled[order], dim=-1)
-        drop = torch.cumsum(probs, dim=-1) - probs > top_p
-        scaled[order[drop]] = float("-inf")
-    logp = torch.log_softmax(scaled, dim=-1)
+    logp = torch.log_softmax(processed_logits(logits, temperature, top_k, top_p), dim=-1)
     token = int(torch.multinomial(logp.exp(), 1, generator=generator))
     return token, float(logp[token] if processed else raw[token])
 
@@ -142,7 +150,6 @@ class Engine:
         self.max_batch = max(1, max_batch)
         self.gate = gate
         self.largest_batch = 0
-        self.running = 0
         self._waiting: list[tuple[list[int], dict, Future]] = []
         self._cond = threading.Condition()
         threading.Thread(target=self._serve, name="cpu-rollout-engine", daemon=True).start()
@@ -161,7 +168,6 @@ class Engine:
         time.sleep(GATHER_S)  # the rest of this step's requests are on their way
         with self._cond:
             batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch:]
-            self.running = len(batch)
         return batch
 
     def _serve(self) -> None:
@@ -177,5 +183,3 @@ class Engine:
             else:
                 for (_, _, done), result in zip(batch, results, strict=True):
                     done.set_result(result)
-            finally:
-                self.running = 0

@@ -25,9 +25,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentic_rl import oracle_turns
+from agentic_rl import cpu_mode, oracle_turns
+from agentic_rl.edge.cpu_generate import processed_logits
 
-CUSTOM_KEY = "cpu_oracle"  # actor_rollout_ref.rollout.custom.cpu_oracle: VERL's extension point
+CUSTOM_KEY = cpu_mode.ORACLE_KEY.rsplit(".", 1)[1]  # under actor_rollout_ref.rollout.custom: VERL's extension point
 MIN_LOGPROB = -9999.0  # vLLM's floor for a logprob of -inf
 
 
@@ -45,12 +46,11 @@ class Play:
     ids: list[int]
 
 
-def for_request(server, body: dict, n_prompt: int) -> Play | None:
-    """CpuLLMServer.complete's hook: the row's turn to force, None to sample. Not cut to the server's
-    response_length (one forward pass, not a sampling): only to the request's max_tokens and the context."""
-    asked = body.get("max_completion_tokens") or body.get("max_tokens")
-    room = server.max_model_len - n_prompt
-    played = play(server.oracle, server.tokenizer, body, min(int(asked), room) if asked else room)
+def for_request(server, body: dict, room: int) -> Play | None:
+    """CpuLLMServer.complete's hook: the row's turn to force, None to sample. room (CpuLLMServer.room) is
+    not cut to the server's response_length (one forward pass, not a sampling): only to the request's
+    max_tokens and the context."""
+    played = play(server.oracle, server.tokenizer, body, room)
     if played is not None:
         server.counts["oracle_turns"] = server.counts.get("oracle_turns", 0) + 1
     return played
@@ -104,16 +104,7 @@ def forced_logprobs(model, prompt_ids: list[int], ids: list[int], params: dict, 
         logits = model(input_ids=torch.tensor([prompt_ids + ids], dtype=torch.long)).logits[0].float()
     logits = logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)]
     temperature = params.get("temperature") or 0.0
-    if processed and temperature > 0:
-        logits = logits / temperature
-        top_k, top_p = params.get("top_k") or -1, params.get("top_p") or 1.0
-        if 0 < top_k < logits.shape[-1]:
-            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if top_p < 1.0:
-            order = torch.argsort(logits, dim=-1, descending=True)
-            probs = torch.softmax(torch.gather(logits, -1, order), dim=-1)
-            drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, torch.cumsum(probs, -1) - probs > top_p)
-            logits = logits.masked_fill(drop, float("-inf"))
+    if processed and temperature > 0:  # as sampling would have scored them
+        logits = processed_logits(logits, temperature, params.get("top_k") or -1, params.get("top_p") or 1.0)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
     return [max(MIN_LOGPROB, float(v)) for v in logp]

@@ -73,7 +73,7 @@ class CpuLLMServer:
                              max(1, min(int(max_num_seqs), MAX_BATCH_PER_CPU * (os.cpu_count() or 1))), self.gate)
         self.global_steps: int | None = None
         self.weight_version = 0
-        self.counts = {"requests": 0, "tokens": 0, "busy_s": 0.0, "max_parallel": 0}
+        self.counts = {"requests": 0, "tokens": 0, "busy_s": 0.0}
         self._running = 0
         self.host, self.port = host or ray.util.get_node_ip_address(), None
         self.oracle = cpu_oracle.load(oracle) if oracle else None  # --oracle: rows whose turns are played
@@ -146,19 +146,24 @@ class CpuLLMServer:
                                       add_generation_prompt=True, tokenize=True, return_dict=False)
         return list(ids)
 
-    def sampling(self, body: dict, n_prompt: int) -> dict:
-        if int(body.get("n") or 1) != 1:
-            raise RequestError("n > 1 is not supported by the CPU rollout server")
+    def room(self, body: dict, n_prompt: int) -> int:
+        """The tokens the answer may take: the request's max_tokens within the model's context."""
         room = self.max_model_len - n_prompt
         if room <= 0:
             raise RequestError(f"This model's maximum context length is {self.max_model_len} tokens; the prompt "
                                f"has {n_prompt}")
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        return min(int(asked), room) if asked else room
+
+    def sampling(self, body: dict, n_prompt: int) -> dict:
+        if int(body.get("n") or 1) != 1:
+            raise RequestError("n > 1 is not supported by the CPU rollout server")
+        room = self.room(body, n_prompt)
         temperature = body.get("temperature")
         seed = body.get("seed")
         if self.response_length:  # no more than a rollout can train on (CPU runs cut it to minutes)
             room = min(room, self.response_length)
-        return {"max_tokens": min(int(asked), room) if asked else room,
+        return {"max_tokens": room,
                 "temperature": 1.0 if temperature is None else float(temperature),
                 "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
                 "seed": int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little")}
@@ -168,7 +173,7 @@ class CpuLLMServer:
             raise RequestError("streaming is not supported by the CPU rollout server")
         prompt_ids = self.prompt_ids(body, chat)
         params = self.sampling(body, len(prompt_ids))
-        played = cpu_oracle.for_request(self, body, len(prompt_ids)) if chat and self.oracle else None
+        played = cpu_oracle.for_request(self, body, self.room(body, len(prompt_ids))) if chat and self.oracle else None
         self._running += 1
         started = time.monotonic()
         try:
@@ -178,7 +183,6 @@ class CpuLLMServer:
                 ids, logps, finish = await asyncio.wrap_future(self.engine.submit(prompt_ids, params))
         finally:
             self._running -= 1
-        self.counts["max_parallel"] = self.engine.largest_batch
         self.counts["requests"] += 1
         self.counts["tokens"] += len(ids)
         self.counts["busy_s"] += time.monotonic() - started
@@ -224,8 +228,8 @@ class CpuLLMServer:
         return {"loaded": len(state), "missing": missing, "weight_version": self.weight_version}
 
     def stats(self) -> dict:
-        return {**self.counts, "weight_version": self.weight_version, "global_steps": self.global_steps,
-                "port": self.port}
+        return {**self.counts, "max_parallel": self.engine.largest_batch, "weight_version": self.weight_version,
+                "global_steps": self.global_steps, "port": self.port}
 
     def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps

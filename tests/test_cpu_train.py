@@ -123,6 +123,46 @@ def test_installed_verl_still_has_every_line_the_stand_ins_replace(verl_venv):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], "VERL moved: update edge/cpu_train.STAND_INS"
 
 
+INSTALL_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from agentic_rl.edge import cpu_train
+cpu_train.install()
+import torch, transformers, fastapi  # what the rollout server imports
+server_imports_verl = any(m == "verl" or m.startswith("verl.") for m in sys.modules)
+from verl.workers.engine import EngineRegistry
+from verl.workers.rollout.replica import get_rollout_replica_class
+from verl.workers.rollout import base
+from verl.utils import attention_utils, distributed
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+print(json.dumps({
+    "server_imports_verl": server_imports_verl,
+    "torch_cpu_rng": hasattr(torch.cpu, "get_rng_state"),
+    "engines_on_cpu": sorted(b for b, d in EngineRegistry._engines["language_model"].items() if "cpu" in d),
+    "replica": get_rollout_replica_class("vllm").__qualname__,
+    "adapter": base._ROLLOUT_REGISTRY[("vllm", "async")],
+    "pad": attention_utils._get_attention_functions.__module__,
+    "gloo": distributed.initialize_global_process_group_ray.__module__,
+    "agl_loss": "per_rollout_mean" in POLICY_LOSS_REGISTRY,
+    "loader": type(base.__loader__).__name__,
+    "waiting": sorted(cpu_train._waiting)}))
+"""
+
+
+def test_the_stand_ins_arm_at_worker_start_and_apply_when_verl_is_imported(verl_venv):
+    """A worker that never imports VERL (the rollout server) does not pay ~200 MB for it; a worker
+    that does gets every stand-in before it can use the part it replaces."""
+    proc = subprocess.run([str(VERL_PY), "-W", "ignore", "-c", INSTALL_PROBE, str(TESTS.parent / "scripts")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"server_imports_verl": False, "torch_cpu_rng": True, "engines_on_cpu": ["fsdp", "fsdp2"],
+                   "replica": "verl_classes.<locals>.CpuReplica",
+                   "adapter": "agentic_rl.edge.cpu_rollout.CpuServerAdapter", "pad": "agentic_rl.edge.cpu_train",
+                   "gloo": "agentic_rl.edge.cpu_train", "agl_loss": True, "loader": "SourceFileLoader",
+                   "waiting": []}, got
+
+
 def test_the_rollout_engine_batches_requests_as_if_each_ran_alone(verl_venv, tmp_path):
     """Requests decoded together give the tokens each gives alone, logprobs equal to a teacher-forced
     forward pass (as the trainer recomputes them), each row its own max_tokens, and a weight update

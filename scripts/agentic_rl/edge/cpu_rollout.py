@@ -21,10 +21,11 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
 - CpuReplica (RolloutReplica): launch_servers starts the server next to the replica's first worker.
 
 register() puts them in VERL's registries under "vllm" (so a config written for a GPU runs as it
-is); edge/cpu_train.install calls it in every Ray worker.
+is); edge/cpu_train.install arms them in every Ray worker, each once its registry is imported.
 """
 
 import asyncio
+import importlib
 import logging
 import os
 import socket
@@ -346,8 +347,17 @@ def __getattr__(name: str) -> type:
 
 def register(name: str = ROLLOUT_NAME) -> None:
     """Map `name` to the CPU classes in VERL's two rollout registries (see edge/cpu_train.STAND_INS)."""
-    from verl.workers.rollout import base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
+    register_replica(name)
+    register_adapter(name)
 
-    RolloutReplicaRegistry.register(name, lambda: verl_classes()["CpuReplica"])
+
+# import_module, not `from package import module`: edge/cpu_train calls these while the module is
+# still being imported, before the package has it as an attribute.
+def register_replica(name: str = ROLLOUT_NAME) -> None:
+    replica = importlib.import_module("verl.workers.rollout.replica")
+    replica.RolloutReplicaRegistry.register(name, lambda: verl_classes()["CpuReplica"])
+
+
+def register_adapter(name: str = ROLLOUT_NAME) -> None:
+    base = importlib.import_module("verl.workers.rollout.base")
     base._ROLLOUT_REGISTRY[(name, "async")] = f"{__name__}.CpuServerAdapter"

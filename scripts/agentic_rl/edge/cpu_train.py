@@ -12,7 +12,10 @@ tests/test_cpu_train.py fails) instead of training wrong:
 
 from __future__ import annotations
 
+import importlib.abc
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,19 +141,88 @@ def padding_without_flash_attn() -> None:
     attention_utils._get_attention_functions = _get_attention_functions
 
 
+def agl_policy_losses() -> None:
+    """Agent Lightning's own worker hook (run_ppo sets it only with setdefault, so ours replaces it):
+    its policy losses in VERL's registry, which lives in core_algos."""
+    from agentlightning.verl.per_rollout_loss import register_in_worker
+
+    register_in_worker()
+
+
+# Each stand-in is applied right after the module it patches is first imported (at once if it
+# already is), not at worker start: a worker that never imports VERL, the rollout server, then
+# never pays for it (~200 MB of RSS per process). Importing VERL is the only way to use it, so
+# nothing can reach a VERL part before its stand-in is in.
+AFTER_IMPORT = (
+    ("verl.trainer.ppo.core_algos", agl_policy_losses),
+    ("verl.utils.distributed", gloo_process_group),
+    ("verl.workers.engine", fsdp_engine_on_cpu),  # the package: its __init__ registers the engines
+    ("torch", torch_cpu_device_calls),
+    ("verl.utils.attention_utils", padding_without_flash_attn),
+    ("verl.workers.rollout.replica", lambda: cpu_rollout().register_replica()),
+    ("verl.workers.rollout.base", lambda: cpu_rollout().register_adapter()),
+)
+
+
+def cpu_rollout():
+    from agentic_rl.edge import cpu_rollout
+
+    return cpu_rollout
+
+
 def install() -> None:
-    """The worker_process_setup_hook of a CPU run: Agent Lightning's own hook first (run_ppo sets it
-    only with setdefault, so ours replaces it), then the stand-ins."""
+    """The worker_process_setup_hook of a CPU run: checks the installed VERL, then arms the stand-ins."""
     problems = check()
     if problems:
         raise RuntimeError("CPU training stand-ins do not match the installed VERL: " + "; ".join(problems))
-    from agentlightning.verl.per_rollout_loss import register_in_worker
+    for module, apply in AFTER_IMPORT:
+        after_import(module, apply)
 
-    from agentic_rl.edge import cpu_rollout
 
-    register_in_worker()
-    gloo_process_group()
-    fsdp_engine_on_cpu()
-    torch_cpu_device_calls()
-    padding_without_flash_attn()
-    cpu_rollout.register()
+_waiting: dict[str, list[Callable[[], None]]] = {}
+
+
+def after_import(module: str, apply: Callable[[], None]) -> None:
+    """Call `apply` once `module` has been imported: now if it already is, else right after it is."""
+    if module in sys.modules:
+        apply()
+        return
+    _waiting.setdefault(module, []).append(apply)
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds a waited-for module with the other finders and runs what waits once it has executed."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in _waiting:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ThenApply(spec.loader)
+                return spec
+        return None
+
+
+class _ThenApply(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        # Nothing after the import sees this wrapper: the module keeps its own loader.
+        module.__spec__.loader = module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        for apply in _waiting.pop(module.__name__, []):
+            apply()
+
+    def __getattr__(self, attr):
+        return getattr(self.loader, attr)

@@ -5,14 +5,14 @@ each with its own temp folder and ports; GPU counts are Ray's logical resources.
 runs under .venv-verl with --ray-address, trainer.nnodes=2, trainer.n_gpus_per_node=1:
 - while another driver holds one of worker-1's CPUs, the run is refused before anything starts,
   worker-1 named (exit 1);
-- trainer.nnodes=2 runs VERL's real TaskRunner on the cluster, the GPU half of the trainer replaced
-  by tests/train_fake.py (as tests/test_train_path.py does), and completes; the address reached
-  run_ppo, the gateway listened where the nodes reach it and demanded the key, every node's sweep
-  found nothing left;
-- a second run is stopped mid-training: stop_training.py reports per node, nothing of the run is
-  left on either raylet, and the cluster itself lives on;
+- a run is stopped mid-training (VERL's real TaskRunner on the cluster, the GPU half of the trainer
+  replaced by tests/train_fake.py as tests/test_train_path.py does, to stop at a known moment): the
+  gateway listened where the nodes reach it and demanded the key, stop_training.py reports per node,
+  nothing of the run is left on either raylet, and the cluster itself lives on;
 - `--cpu-steps 1`: VERL's real PPO loop (edge/cpu_train.py's stand-ins, FSDP2 on gloo) with world
-  size 2, one rank on each raylet: one real step, a checkpoint holding both ranks' shards, completed.
+  size 2, one rank on each raylet: one real step, a checkpoint holding both ranks' shards, completed;
+  the address reached run_ppo, the gateway listened on the nodes' address, and every node's sweep
+  found nothing of the run left.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from agentic_rl.edge import procs
 from conftest import ROOT, run_script
 from make_tiny_model import make_tiny_model
 from ray_nodes import CLUSTER_ENV, NODE_IP, Cluster
-from test_train_path import HOOK, _verl_venv_ready, make_task, status, trainer_record, wait_done, wait_for
+from test_train_path import HOOK, _verl_venv_ready, make_task, status, wait_for
 
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parent
@@ -112,39 +112,18 @@ def test_a_worker_short_of_cpus_is_refused_before_anything_starts(cluster, tmp_p
     assert procs.find_processes("ARL_OUTPUT_DIR", str(out)) == []
 
 
-def test_two_nodes_train_to_completion_then_a_stop_leaves_nothing_on_either(cluster, tmp_path, run_ids):
+def test_two_nodes_a_run_stopped_mid_training_leaves_nothing_on_either(cluster, tmp_path, run_ids):
+    """The fake fit (tests/train_fake.py) holds the run at a known point: the trainer has started."""
     make_tiny_model(tmp_path / "models" / "tiny")
     task = make_task(tmp_path)
-
-    # --- a run over two nodes completes
-    out, rec = tmp_path / "out-a", tmp_path / "rec-a"
-    proc = start(cluster, task, out, 2, rec)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"GPUs the Ray cluster at {cluster.address}" in proc.stdout
-    run_ids.append(status(out)["run_id"])
-    st = wait_done(out, status(out)["pid"])
-    assert st["status"] == "completed" and st["exit_code"] == 0, st
-    assert st["ray_address"] == cluster.address and st["ray_started_by_run"] is False
-    assert st["services"]["gateway"]["url"].startswith(f"http://{NODE_IP}:")
-    assert len(st["leftovers_by_node"]) == 2 and all(v == [] for v in st["leftovers_by_node"].values()), st
-    assert any("(worker-1, node " in node for node in st["leftovers_by_node"])
-    resolved = (out / "resolved_config.yaml").read_text()
-    assert f"address: {cluster.address}" in resolved
-    record = trainer_record(rec)
-    assert record["total_training_steps"] == 3
-    workers = [json.loads(p.read_text()) for p in rec.glob("worker-*.json")]
-    assert workers and all(w["env"]["EVO_RUN_ID"] == st["run_id"] for w in workers)
-    assert no_probe_files(out)
-    log = (out / "training.log").read_text()
-    assert log.count("nothing of the run left") == 2
-
-    # --- a second run is stopped mid-training
     out, rec = tmp_path / "out-b", tmp_path / "rec-b"
     proc = start(cluster, task, out, 2, rec, step_s=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = status(out)["run_id"]
     run_ids.append(run_id)
     wait_for(lambda: (rec / "trainer.json").is_file(), "the fake fit", out, 300)
+    workers = [json.loads(p.read_text()) for p in rec.glob("worker-*.json")]
+    assert workers and all(w["env"]["EVO_RUN_ID"] == run_id for w in workers)
     st = status(out)
     gateway = st["services"]["gateway"]
     listening = [c for c in psutil.Process(gateway["pid"]).net_connections("inet") if c.status == psutil.CONN_LISTEN]
@@ -190,8 +169,16 @@ def test_two_nodes_one_real_ppo_step_on_cpu_with_both_ranks_shards(cluster, tmp_
     wait_for(lambda: gone_pid(st["pid"]), "the job to exit after its final status", out, 60)
     log = (out / "training.log").read_text(errors="replace")
     assert st["status"] == "completed", (st, log[-6000:])
-    assert st["cpu"]["ranks"] == 2 and st["ray_address"] == cluster.address
+    assert st["cpu"]["ranks"] == 2 and st["ray_address"] == cluster.address and st["ray_started_by_run"] is False
+    assert f"GPUs the Ray cluster at {cluster.address}" in proc.stdout
+    assert st["total_training_steps"] == 1
+    # The gateway listened where the other node's workers reach it; the address reached run_ppo.
+    assert st["services"]["gateway"]["url"].startswith(f"http://{NODE_IP}:")
+    assert f"address: {cluster.address}" in (out / "resolved_config.yaml").read_text()
     actor = out / "checkpoints" / "global_step_1" / "actor"
     shards = sorted(p.name for p in actor.glob("model_world_size_2_rank_*.pt"))
     assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"], sorted(os.listdir(actor))
-    assert all(v == [] for v in st["leftovers_by_node"].values()), st["leftovers_by_node"]
+    # Every node's sweep after the run found nothing of it left.
+    assert len(st["leftovers_by_node"]) == 2 and all(v == [] for v in st["leftovers_by_node"].values()), st
+    assert any("(worker-1, node " in node for node in st["leftovers_by_node"])
+    assert log.count("nothing of the run left") == 2 and no_probe_files(out)

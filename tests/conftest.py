@@ -186,3 +186,30 @@ def cpu_run(verl_venv):
     os.environ.update(saved)
     left = run.cleanup()
     assert not any(left.values()), f"processes left behind: {left}"
+
+
+# Modules measured slowest first (serial `--durations=0`, seconds). Under `make test`'s two xdist
+# workers each module runs whole on one worker, taken in this order, so the long ones start first
+# and the short ones fill the tail (longest-first scheduling) instead of a long one starting last.
+SLOWEST_MODULES = (
+    "test_cluster.py",  # ~220 s: two raylets, one real PPO step across them
+    "test_main_rehearsal.py",  # ~210 s
+    "test_cpu_train.py",  # ~160 s: the shared real CPU run, its resume and export
+    "test_train_path.py",  # ~130 s
+    "test_export_model.py",  # ~110 s
+    "test_cpu_tool_train.py",  # ~90 s
+    "test_stop_training.py",  # ~75 s
+    "test_validate_data.py",
+    "test_verl_parity.py",
+    "test_docs_commands.py",
+    "test_samples.py",
+    "test_run_identity.py",
+    "test_learning_signal.py",
+    "test_tool_agent.py",
+    "test_ray_mode.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: tests keep their order

@@ -192,7 +192,7 @@ def cpu_run(verl_venv):
 # workers each module runs whole on one worker, taken in this order, so the long ones start first
 # and the short ones fill the tail (longest-first scheduling) instead of a long one starting last.
 SLOWEST_MODULES = (
-    "test_cluster.py",  # ~220 s: two raylets, one real PPO step across them
+    "test_cluster.py",  # ~210 s: two raylets, one real PPO step across them
     "test_main_rehearsal.py",  # ~210 s
     "test_cpu_train.py",  # ~160 s: the shared real CPU run, its resume and export
     "test_train_path.py",  # ~130 s

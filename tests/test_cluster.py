@@ -116,7 +116,7 @@ def test_two_nodes_a_run_stopped_mid_training_leaves_nothing_on_either(cluster, 
     """The fake fit (tests/train_fake.py) holds the run at a known point: the trainer has started."""
     make_tiny_model(tmp_path / "models" / "tiny")
     task = make_task(tmp_path)
-    out, rec = tmp_path / "out-b", tmp_path / "rec-b"
+    out, rec = tmp_path / "out", tmp_path / "rec"
     proc = start(cluster, task, out, 2, rec, step_s=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = status(out)["run_id"]

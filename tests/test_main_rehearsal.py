@@ -274,6 +274,7 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
 def test_the_launch_preflight_checks_the_lengths_against_the_models_context(example_task, tmp_path, runs):
     from make_tiny_model import make_tiny_model
 
+    cut_rows(example_task, "test.jsonl", 2)  # the passing run below rehearses them: the check, not the rows
     model = make_tiny_model(tmp_path / "models" / "short", max_position_embeddings=384)["dest"]
     agent_cfg = json.loads((example_task / "agent.json").read_text())
     (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "model_name": model}))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from agentic_rl import cpu_mode, run_dir
 from agentic_rl.edge import cpu_train
+from conftest import run_script
 from cpu_run import VERL_PY
 
 TESTS = Path(__file__).resolve().parent
@@ -336,3 +337,16 @@ def test_the_key_is_in_no_log(cpu_run):
     assert any("'agl_key': '***redacted***'" in t for t in texts)
     for key in cpu_run.keys:
         assert len(key) > 20 and not [t for t in texts if key in t]
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_left_is_refused_before_ray_starts(cpu_run):
+    """Last: after the resume, all 3 steps are done; --resume --cpu-steps 3 again would train nothing."""
+    refused = run_script("start_training.sh", "--input-dir", str(cpu_run.task), "--output-dir", str(cpu_run.out),
+                         "--resume", "--cpu-steps", "3", env={**cpu_run.env, "ARL_START_WAIT_S": "60"})
+    st = run_dir.read_status(cpu_run.out)
+    cpu_run.run_ids.append(st["run_id"])  # nothing of it may be left either (the fixture checks)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert st["status"] == "failed" and st["failed_component"] == "preflight", st
+    assert "nothing left to train" in st["reason"] and "global_step_3" in st["reason"]
+    assert "--cpu-steps 4 or more" in refused.stderr and st.get("ray_started_by_run") is None

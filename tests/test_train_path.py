@@ -10,7 +10,7 @@ the run's placement check passes (the tests without that override fail fast inst
 
 One scenario shares three runs in one output folder: A (fresh; checked while running, then stopped
 during the fake fit after global_step_2), B (--resume: continues from step 2 and completes), C
-(--resume again: nothing left to train, so it fails).
+(--resume again: nothing left to train, so it is refused before Ray starts).
 """
 
 from __future__ import annotations
@@ -224,15 +224,18 @@ def test_train_path_up_to_the_gpu_fresh_stop_resume_and_nothing_left(verl_venv, 
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "3"
     assert (layout / "data.pt").is_file() and (layout / "actor" / "model_world_size_1_rank_0.pt").is_file()
 
-    # --- C: --resume with every step done trains nothing: failed, not completed.
+    # --- C: --resume with every step done would train nothing: refused before Ray and the trainer start.
     rec_c = tmp_path / "rec-c"
-    started = start(task, out, rec_c, 0.5, "--resume", ray_tmp=ray_tmp)
-    assert started.returncode == 0, started.stderr
-    run_ids.append(status(out)["run_id"])
-    st = wait_done(out, status(out)["pid"])
-    assert st["status"] == "failed" and st["exit_code"] == 1 and "trained no new step" in st["reason"], st
-    assert trainer_record(rec_c)["steps_run"] == []
-    keys.append(trainer_record(rec_c)["agl_key"])
+    refused = start(task, out, rec_c, 0.5, "--resume", ray_tmp=ray_tmp, wait_s=60)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    st = status(out)
+    run_ids.append(st["run_id"])
+    assert st["status"] == "failed" and st["failed_component"] == "preflight" and st["exit_code"] == 1, st
+    assert "nothing left to train" in st["reason"] and "global_step_3" in st["reason"] and "3 steps in all" in st["reason"]
+    hint = [line for line in (out / run_dir.LOG_FILE).read_text().splitlines() if line.startswith("Hint: ")][-1]
+    assert "trainer.total_epochs" in hint and "export_model.py" in hint
+    assert not rec_c.exists() and st.get("ray_started_by_run") is None, "neither the trainer nor Ray started"
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "3"
 
     log = (out / run_dir.LOG_FILE).read_text(errors="replace")
     assert "'agl_key': '***redacted***'" in log  # VERL's TaskRunner printed the config, key masked

@@ -45,6 +45,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,17 @@ def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: 
     return "disable", None
 
 
+def refuse_nothing_left(out: Path, resumed_from: int, steps: int, cpu: bool) -> None:
+    """--resume from the last step trains nothing: refused here, before Ray and the trainer start (VERL
+    would load them, save nothing and end), with what to raise to train further."""
+    more = (f"--cpu-steps {resumed_from + 1} or more" if cpu else
+            "trainer.total_epochs (or trainer.total_training_steps) in config.json or after `--`")
+    raise cli.UserError(f"nothing left to train: {run_dir.checkpoints_dir(out)} holds global_step_{resumed_from} and "
+                        f"this run has {steps} steps in all",
+                        f"to train past step {resumed_from}, start with --resume and {more}; "
+                        f"to export what it learned: python scripts/export_model.py --output-dir {shlex.quote(str(out))}")
+
+
 def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     """Compose, force, check and save the config of this run; returns what main.py needs to launch."""
     from agentic_rl.edge import verl_config
@@ -349,6 +361,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     plan_steps = config_values.training_steps(len(train_rows), loader_batch, int(_get(cfg, "trainer.total_epochs", 1) or 1),
                                               _get(cfg, "trainer.total_training_steps"))
     steps = _get(cfg, "trainer.total_training_steps") if rehearse else plan_steps["total_training_steps"]
+    if not rehearse and resumed_from is not None and resumed_from >= steps:
+        refuse_nothing_left(out, resumed_from, steps, cpu is not None)
     rollouts = (len(test_rows) + len(train_rows[: args.sample]) * n) if rehearse else loader_batch * n
     from agentic_rl.edge import agl
 

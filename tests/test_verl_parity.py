@@ -264,12 +264,38 @@ def test_run_verl_validate_needs_verl():
 
 
 def test_shipped_defaults_match_a_fresh_composition():
-    """scripts/agentic_rl/schemas/verl_defaults.json is what tools/gen_verl_defaults.py would write now."""
+    """scripts/agentic_rl/schemas/verl_defaults.json is what tools/gen_verl_defaults.py would write now: Hydra's
+    composition of the installed files, whose fingerprint it carries (so compose_config starts from it)."""
     needs_verl_configs()
     from omegaconf import OmegaConf
 
-    cfg, _ = verl_config.compose_config({})
-    assert OmegaConf.to_container(cfg, resolve=False) == config_checks.defaults()
+    agl_text, verl_dir = verl_config.find_agl_config().read_text(), verl_config.find_verl_config_dir()
+    fresh = OmegaConf.to_container(verl_config.hydra_compose(agl_text, verl_dir), resolve=False)
+    assert fresh == config_checks.defaults()
+    assert verl_config.shipped_defaults(verl_config.sources_fingerprint(agl_text, verl_dir)) == fresh
+
+
+def test_compose_starts_from_the_shipped_defaults_only_for_their_own_sources(monkeypatch, tmp_path):
+    """The same sources: no Hydra at all. One VERL file changed: Hydra composes, and the change shows."""
+    needs_verl_configs()
+    import shutil
+
+    real = verl_config.find_verl_config_dir()
+    verl_config._composed_defaults.cache_clear()
+    monkeypatch.setattr(verl_config, "hydra_compose", lambda *a: pytest.fail("Hydra composed the shipped sources"))
+    cfg, _ = verl_config.compose_config({"data": {"train_batch_size": 8}}, verl_config_dir=real)
+    assert cfg.data.train_batch_size == 8 and cfg.trainer.total_epochs == config_checks.defaults()["trainer"][
+        "total_epochs"]
+    monkeypatch.undo()
+    copy_dir = tmp_path / "config"
+    shutil.copytree(real, copy_dir)
+    trainer_yaml = copy_dir / "ppo_trainer.yaml"
+    text = trainer_yaml.read_text()
+    assert "total_epochs: 30" in text, "the edit below needs VERL's default total_epochs: 30"
+    trainer_yaml.write_text(text.replace("total_epochs: 30", "total_epochs: 31", 1))
+    cfg, _ = verl_config.compose_config({}, verl_config_dir=copy_dir)
+    assert cfg.trainer.total_epochs == 31
+    verl_config._composed_defaults.cache_clear()
 
 
 def test_sweep_override_is_refused():

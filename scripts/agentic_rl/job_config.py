@@ -390,10 +390,6 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         stale = cpu_train.check()
         if stale:
             raise Failure("trainer", f"CPU training cannot stand in for this VERL: {stale[0]}", cli.EXIT_ENV)
-    if not rehearse and not joins:  # VERL would wait for ever; arithmetic, before VERL's checks import it (~9 s)
-        from agentic_rl import placement
-
-        placement.check(lambda key, default=None: _get(cfg, key, default), None)
     if not rehearse and importlib.util.find_spec("verl") is not None:
         errors = verl_config.run_verl_validate(cfg)
         if errors:

@@ -292,7 +292,7 @@ class Run:
                 f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
-        if self.mode == "train" and plan.joins_ray:  # a private Ray's: job_config.build checked it
+        if self.mode == "train":
             self.check_placement(cfg, plan)
         self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
@@ -376,8 +376,7 @@ class Run:
 
     @staticmethod
     def check_placement(cfg, plan) -> None:
-        """VERL waits for ever on a placement group that cannot be placed: refuse it here, exit 1 with a hint.
-        The cluster's offer is read through Ray, which comes with the trainer."""
+        """VERL waits for ever on a placement group that cannot be placed: refuse it here, exit 1 with a hint."""
         from agentic_rl import placement
         from agentic_rl.edge import verl_config
 

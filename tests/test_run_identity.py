@@ -78,3 +78,36 @@ def test_every_status_field_is_documented():
 
     text = (ROOT / "references" / "run-folder.md").read_text()
     assert not [f for f in run_dir.STATUS_FIELDS if f"`{f}`" not in text]
+
+
+def test_a_clock_step_leaves_a_live_run_proved(tmp_path, monkeypatch):
+    """The kernel's boot time (so every epoch start time) moves when the clock is stepped; the start since
+    boot does not. A record with it still proves its live job after a step; without it (an older record)
+    the step reads as a reused pid. A pid that really was reused fails either way."""
+    import subprocess
+
+    import psutil
+    from agentic_rl.edge import procs
+
+    out = tmp_path / "out"
+    run_dir.prepare(out)
+    env = {**os.environ, run_dir.RUN_ID_ENV: "run-clock", run_dir.RUN_DIR_ENV: str(out)}
+    job = subprocess.Popen(["sleep", "60"], env=env, stdin=subprocess.DEVNULL)
+    try:
+        rec = run_dir.record_launch(out, pid=job.pid, proc_start_time=procs.process_start_time(job.pid),
+                                    run_id="run-clock", input_dir=tmp_path, config_file=None, mode="rehearse",
+                                    gpus=None, proc_since_boot=procs.process_since_boot(job.pid))
+        assert run_dir.assess(out)["alive"]
+        real_boot = psutil.boot_time()
+        # the clock stepped by 1 s: /proc/stat's btime, which psutil reads for both, is 1 s later
+        monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real_boot + 1.0)
+        assert psutil.boot_time() == real_boot + 1.0
+        state = run_dir.assess(out)
+        assert state["alive"] and state["why"] == "ok", state["why"]
+        ok, why = procs.identify(job.pid, rec["proc_start_time"], "run-clock", out)
+        assert not ok and "reused" in why
+        ok, why = procs.identify(job.pid, rec["proc_start_time"], "run-clock", out, rec["proc_since_boot"] - 5)
+        assert not ok and "after boot" in why and "reused" in why
+    finally:
+        job.kill()
+        job.wait()

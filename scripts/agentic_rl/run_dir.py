@@ -72,6 +72,7 @@ STATUS_FIELDS = {
     "pid": "the training job's pid (its process group and session leader)",
     "pgid": "the job's process group id (== pid)",
     "proc_start_time": "the job's start time as the kernel reports it: with pid and run_id, its identity",
+    "proc_since_boot": "the job's start in seconds since boot: what proves it, as a clock step leaves it",
     "start_time": "ISO time the launch was recorded",
     "end_time": "ISO time the job finished",
     "input_dir": "the task folder",
@@ -195,11 +196,12 @@ def load_status(output_dir: str | os.PathLike) -> tuple[dict | None, str | None]
     bad = [f"{key} {data[key]!r}" for key, ok in (
         ("pid", _is_pid), ("pgid", lambda v: v is None or _is_pid(v)),
         ("proc_start_time", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))),
+        ("proc_since_boot", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))),
         ("run_id", lambda v: v is None or isinstance(v, str)), ("status", lambda v: v is None or isinstance(v, str)),
     ) if key in data and not ok(data[key])]
     if bad:
         return data, f"{path} is damaged: field {', field '.join(bad)} is not what a run records " \
-                     "(pid and pgid: positive integers; proc_start_time: a number; run_id, status: strings)"
+                     "(pid and pgid: positive integers; proc_start_time, proc_since_boot: numbers; run_id, status: strings)"
     return data, None
 
 
@@ -235,13 +237,15 @@ def update_status(output_dir: str | os.PathLike, /, **fields: Any) -> dict:
 
 
 def record_launch(output_dir: Path, *, pid: int, proc_start_time: float | None, run_id: str, input_dir: Path,
-                  config_file: str | None, mode: str, gpus: list[int] | None) -> dict:
+                  config_file: str | None, mode: str, gpus: list[int] | None,
+                  proc_since_boot: float | None = None) -> dict:
     """The launch record: a fresh training.status (starting) and training.pid for the job just started,
     and the reserve that lets the run record its end on a full disk. Written so that a failure (a full
     disk) leaves the last run's record as it was and no training.pid naming the new job."""
     _write_reserve(output_dir)
     record = {"status": "starting", "start_time": now_iso(), "pid": pid, "pgid": pid,
-              "proc_start_time": proc_start_time, "run_id": run_id, "input_dir": str(input_dir),
+              "proc_start_time": proc_start_time, "proc_since_boot": proc_since_boot, "run_id": run_id,
+              "input_dir": str(input_dir),
               "output_dir": str(output_dir), "dir_id": folder_id(output_dir), "config_file": config_file,
               "mode": mode, "gpus": gpus}
     atomic_write_text(output_dir / PID_FILE, f"{pid}\n")
@@ -422,7 +426,8 @@ def assess(output_dir: Path) -> dict:
         if state["foreign"]:
             state["why"] = state["foreign"]
         else:
-            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id, output_dir)
+            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id, output_dir,
+                                                            st.get("proc_since_boot"))
     else:
         holder = _lock_holder(output_dir, in_dir)
         if holder is not None:  # the record is damaged or gone, but the job of this folder is alive
@@ -430,6 +435,7 @@ def assess(output_dir: Path) -> dict:
             state.update(found=True, alive=True, why="ok", pid=pid, pgid=procs.group_of(pid), run_id=run_id,
                          source="lock", record={"pid": pid, "pgid": procs.group_of(pid), "run_id": run_id,
                                                 "proc_start_time": procs.process_start_time(pid),
+                                                "proc_since_boot": procs.process_since_boot(pid),
                                                 "output_dir": str(output_dir), "dir_id": folder_id(output_dir)})
     run_id = state["run_id"]
     if run_id and not state["foreign"]:

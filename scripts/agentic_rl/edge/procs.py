@@ -32,6 +32,15 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def process_since_boot(pid: int) -> float | None:
+    """A process's start in seconds since boot. The epoch start time is boot time + that, and the boot time
+    the kernel reports moves when the system clock is stepped (NTP, a VM resumed): this does not."""
+    try:
+        return psutil.Process(pid).create_time() - psutil.boot_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
 def process_env(proc: psutil.Process, name: str) -> str | None:
     """One variable of a process's environment, or None when unreadable or absent."""
     try:
@@ -57,28 +66,35 @@ def in_folder(proc: psutil.Process, folder: str | os.PathLike) -> bool:
 
 
 def identify(pid: int | None, start_time: float | None, run_id: str | None,
-             folder: str | os.PathLike | None = None) -> tuple[bool, str]:
+             folder: str | os.PathLike | None = None, since_boot: float | None = None) -> tuple[bool, str]:
     """Prove that pid is the run's process: pid, start time, run id and (when given) the run's folder.
-    Returns (proved, reason). A pid that is not a positive integer (a damaged record) proves nothing:
-    run_dir.load_status rejects it before it gets here."""
+    The start is compared since boot where the record has it (a clock step moves the epoch start time
+    of every process), else as the epoch start time. Returns (proved, reason). A pid that is not a
+    positive integer (a damaged record) proves nothing: run_dir.load_status rejects it before it gets here."""
     if not pid:
         return False, "no pid recorded"
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         return False, f"pid {pid!r} is not a process id"
     try:
         start_time = None if start_time is None else float(start_time)
+        since_boot = None if since_boot is None else float(since_boot)
     except (TypeError, ValueError):
-        return False, f"proc_start_time {start_time!r} is not a number"
+        return False, f"proc_start_time {start_time!r} / proc_since_boot {since_boot!r} is not a number"
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False, f"pid {pid} has exited (zombie)"
         created = proc.create_time()
+        boot = psutil.boot_time()
     except psutil.NoSuchProcess:
         return False, f"pid {pid} is not running"
     except psutil.AccessDenied:
         return False, f"pid {pid} cannot be inspected (access denied)"
-    if start_time is None or abs(created - float(start_time)) > START_TIME_TOLERANCE_S:
+    if since_boot is not None:
+        if abs(created - boot - since_boot) > START_TIME_TOLERANCE_S:
+            return False, (f"pid {pid} was started {created - boot:.2f} s after boot, not {since_boot:.2f} s as the "
+                           "run's: the pid was reused")
+    elif start_time is None or abs(created - start_time) > START_TIME_TOLERANCE_S:
         return False, f"pid {pid} was started at {created:.2f}, not at the run's {start_time}: the pid was reused"
     if not run_id or process_run_id(proc) != run_id:
         return False, f"pid {pid} does not carry {RUN_ID_ENV}={run_id} in its environment"

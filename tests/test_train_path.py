@@ -160,7 +160,8 @@ def test_train_path_up_to_the_gpu_fresh_stop_resume_and_nothing_left(verl_venv, 
     assert st["status"] == "running" and st["ray_started_by_run"] is True
     assert st["total_training_steps"] == 3 and st["steps_per_epoch"] == 3  # gen_batch_size 5, not 16 // 4
     data, table = check_status(out)
-    assert data["status"] == "running" and data["progress"]["step"] == 2 and data["progress"]["total"] == 3
+    assert data["status"] == "running" and data["progress"]["step"] == 2 and data["progress"]["total"] == 3, \
+        {k: data.get(k) for k in ("status", "detail", "why", "progress")}
     assert data["progress"]["eta_s"] == 3  # one step left, 3 s each (timing_s/step)
     assert data["checkpoint"] == 2 and data["checkpoints"]["steps"] == [2]
     assert "step 2/3" in table and "ETA 0:00:03" in table and "global_step_2" in table

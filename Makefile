@@ -53,11 +53,12 @@ lock-train: $(STAMP)
 	  --python-version 3.12 --python-platform x86_64-manylinux_2_28 --no-python-downloads \
 	  --custom-compile-command 'make lock-train' --quiet -o $(TRAIN_LOCK)
 
-# Three xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
-# --no-loadscope-reorder keeps that order): the 2 cores stay busy while a test waits on a process.
-# PYTEST_ARGS= runs them one after another. check-train-deps waits on the registry, not the CPU: it
-# runs beside pytest, its output is printed after, and either failing fails the target.
-PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
+# Two xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
+# --no-loadscope-reorder keeps that order): 13.5-14 min instead of 26 on a quiet 2-core machine. Three
+# workers measured 12.5-14.5 min, within this machine's noise, with more load on the timing of the
+# process tests. PYTEST_ARGS= runs them one after another. check-train-deps waits on the registry, not
+# the CPU: it runs beside pytest, its output is printed after, and either failing fails the target.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP) $(VERL_STAMP) lint
 	@mkdir -p build
 	@$(MAKE) --no-print-directory check-train-deps > build/check-train-deps.log 2>&1 & deps=$$!; \

@@ -94,9 +94,8 @@ def test_a_clock_step_leaves_a_live_run_proved(tmp_path, monkeypatch):
     env = {**os.environ, run_dir.RUN_ID_ENV: "run-clock", run_dir.RUN_DIR_ENV: str(out)}
     job = subprocess.Popen(["sleep", "60"], env=env, stdin=subprocess.DEVNULL)
     try:
-        rec = run_dir.record_launch(out, pid=job.pid, proc_start_time=procs.process_start_time(job.pid),
-                                    run_id="run-clock", input_dir=tmp_path, config_file=None, mode="rehearse",
-                                    gpus=None, proc_since_boot=procs.process_since_boot(job.pid))
+        rec = run_dir.record_launch(out, pid=job.pid, **procs.process_start(job.pid), run_id="run-clock",
+                                    input_dir=tmp_path, config_file=None, mode="rehearse", gpus=None)
         assert run_dir.assess(out)["alive"]
         real_boot = psutil.boot_time()
         # the clock stepped by 1 s: /proc/stat's btime, which psutil reads for both, is 1 s later

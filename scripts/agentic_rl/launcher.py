@@ -450,8 +450,7 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     from agentic_rl.edge import procs
 
     try:
-        run_dir.record_launch(output_dir, pid=proc.pid, proc_start_time=procs.process_start_time(proc.pid),
-                              proc_since_boot=procs.process_since_boot(proc.pid),
+        run_dir.record_launch(output_dir, pid=proc.pid, **procs.process_start(proc.pid),
                               run_id=run_id, input_dir=input_dir,
                               config_file=str(source) if args.config_file else None, mode=mode, gpus=gpus)
     except BaseException:

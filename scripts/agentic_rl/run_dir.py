@@ -434,8 +434,7 @@ def assess(output_dir: Path) -> dict:
             pid, run_id = holder
             state.update(found=True, alive=True, why="ok", pid=pid, pgid=procs.group_of(pid), run_id=run_id,
                          source="lock", record={"pid": pid, "pgid": procs.group_of(pid), "run_id": run_id,
-                                                "proc_start_time": procs.process_start_time(pid),
-                                                "proc_since_boot": procs.process_since_boot(pid),
+                                                **procs.process_start(pid),
                                                 "output_dir": str(output_dir), "dir_id": folder_id(output_dir)})
     run_id = state["run_id"]
     if run_id and not state["foreign"]:

@@ -124,8 +124,7 @@ def wait_for_launch_record() -> None:
 def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
     """Started by the launcher: its record is there. By hand: write our own launch record. Then add fields."""
     if not handed_over or (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
-        run_dir.record_launch(output_dir, pid=os.getpid(), proc_start_time=procs.process_start_time(os.getpid()),
-                              proc_since_boot=procs.process_since_boot(os.getpid()),
+        run_dir.record_launch(output_dir, pid=os.getpid(), **procs.process_start(os.getpid()),
                               run_id=fields["run_id"], input_dir=Path(fields["input_dir"]),
                               config_file=fields["config_file"], mode=fields["mode"], gpus=fields["gpus"])
     run_dir.update_status(output_dir, **fields)

@@ -26,19 +26,17 @@ START_TIME_TOLERANCE_S = 0.05
 
 
 def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+    return process_start(pid)["proc_start_time"]
 
 
-def process_since_boot(pid: int) -> float | None:
-    """A process's start in seconds since boot. The epoch start time is boot time + that, and the boot time
-    the kernel reports moves when the system clock is stepped (NTP, a VM resumed): this does not."""
+def process_start(pid: int) -> dict[str, float | None]:
+    """What a launch record proves a process by, from one read: its epoch start time (proc_start_time) and
+    its start since boot (proc_since_boot); both None when the process is gone or unreadable."""
     try:
-        return psutil.Process(pid).create_time() - psutil.boot_time()
+        started = psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+        return {"proc_start_time": None, "proc_since_boot": None}
+    return {"proc_start_time": started, "proc_since_boot": started - psutil.boot_time()}
 
 
 def process_env(proc: psutil.Process, name: str) -> str | None:

@@ -12,8 +12,6 @@ config_checks (the checks) and verl_rules (VERL's cross-field rules) both read v
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,9 +25,10 @@ MISSING = "???"  # OmegaConf's mandatory-value marker (rollout.name has no defau
 _ABSENT = object()
 
 
-@functools.cache
 def defaults() -> dict:
-    return json.loads((SCHEMA_DIR / "verl_defaults.json").read_text(encoding="utf-8"))["defaults"]
+    from agentic_rl.edge import verl_config  # imports nothing heavy: Hydra and VERL only when composing
+
+    return verl_config.shipped_document()["defaults"]
 
 
 def _walk(tree: Any, parts: list[str]) -> Any:

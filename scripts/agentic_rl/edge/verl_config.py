@@ -124,10 +124,18 @@ def sources_fingerprint(agl_text: str, verl_dir: Path | None) -> str | None:
     return digest.hexdigest()
 
 
+@functools.cache
+def shipped_document() -> dict:
+    """schemas/verl_defaults.json (tools/gen_verl_defaults.py): the composed tree under "defaults" and the
+    hash of the sources it was composed from under "sources_sha256"; read once per process. config_values
+    reads VERL's defaults from here too."""
+    return json.loads(SHIPPED_DEFAULTS.read_text(encoding="utf-8"))
+
+
 def shipped_defaults(fingerprint: str | None) -> dict | None:
     """schemas/verl_defaults.json's tree (tools/gen_verl_defaults.py) when it was composed from these very
     sources; else None."""
-    doc = json.loads(SHIPPED_DEFAULTS.read_text(encoding="utf-8"))
+    doc = shipped_document()
     return doc["defaults"] if fingerprint and doc.get("sources_sha256") == fingerprint else None
 
 

@@ -56,7 +56,8 @@ def ray_head(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-2000:]
         yield {"address": f"127.0.0.1:{port}", "marker": marker}
     finally:
-        left = procs.kill_run(marker, None, timeout=10)
+        # raylet and gcs_server signalled together wait on each other for 10 s or more: 2 s, then SIGKILL
+        left = procs.kill_run(marker, None, timeout=2)
         assert left == [], f"Ray processes left after the test: {left}"
         assert procs.find_run_processes(marker) == []
         if own_dir is not None:

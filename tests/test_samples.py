@@ -354,7 +354,10 @@ def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs
     every = samples.read(out)
     test_ids = {json.loads(line)["id"] for line in (example_task / "test.jsonl").read_text().splitlines()}
     train_ids = {json.loads(line)["id"] for line in (example_task / "train.jsonl").read_text().splitlines()}
-    assert {s["step"] for s in every if s["split"] == "val"} <= {0, 2} and state["val_step"] == 2
+    assert {s["step"] for s in every if s["split"] == "val"} <= {0, 2}
+    # The last validation's 4 rollouts are deleted by the manager about 1 s after they finish; on a loaded
+    # machine the collector can miss them all (once in many runs), and then the state must say so.
+    assert state["val_step"] == 2 or state["gone"] + state["missed"] >= 4, state
     assert {s["row_id"] for s in every if s["split"] == "val"} <= test_ids
     by_step = {s["step"]: s["row_id"] for s in every if s["split"] == "train"}
     assert set(by_step) <= {1, 2} and set(by_step.values()) <= train_ids and by_step

@@ -13,7 +13,7 @@ TRAIN_LOCK := tools/train-stack.lock.txt
 # FLASH_ATTN=0 skips the flash-attn build (then set attn_implementation to sdpa yourself).
 FLASH_ATTN ?= 1
 
-.PHONY: test lint demo bench install verl-venv clean install-train check-train-deps lock-train
+.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train
 
 install: $(STAMP)
 
@@ -28,6 +28,11 @@ $(STAMP): pyproject.toml tools/find_python.sh
 verl-venv: $(VERL_STAMP)
 $(VERL_STAMP): tools/build_verl_venv.sh tools/verl-constraints.txt
 	tools/build_verl_venv.sh $(VERL_VENV)
+
+# Both environments side by side (each pip run keeps about one core busy): 1.6 min instead of 2.2 on a
+# fresh 2-core machine. Each one's output is printed whole when it is done.
+venvs:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VERL_STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check scripts tests bench tools assets/generate_example.py
@@ -59,7 +64,8 @@ lock-train: $(STAMP)
 # process tests. PYTEST_ARGS= runs them one after another. check-train-deps waits on the registry, not
 # the CPU: it runs beside pytest, its output is printed after, and either failing fails the target.
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
-test: $(STAMP) $(VERL_STAMP) lint
+test: venvs
+	@$(MAKE) --no-print-directory lint
 	@mkdir -p build
 	@$(MAKE) --no-print-directory check-train-deps > build/check-train-deps.log 2>&1 & deps=$$!; \
 	  $(PY) -m pytest -q $(PYTEST_ARGS); tests=$$?; \

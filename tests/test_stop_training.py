@@ -221,3 +221,56 @@ def test_subprocess_smoke_no_run_is_exit_2_with_one_envelope(tmp_path):
     envelope = json.loads(proc.stdout)
     assert envelope["ok"] is False and "no run" in envelope["error"]["message"] and envelope["error"]["hint"]
     assert proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- a stop Python drops
+
+# SIGTERM handled while a weakref callback runs (as one did during an import in a rehearsal's job): the
+# handler's exception is dropped ("Exception ignored in ..."); the stop must still happen.
+DROPPED_STOP = r'''
+import os, signal, sys, time, weakref
+from agentic_rl import cli, training_job
+
+class Thing:
+    pass
+
+def stop_inside_a_callback():
+    thing = Thing()
+    def callback(_ref):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100000):  # the handler runs here, inside the callback, and its exception is dropped
+            pass
+    ref = weakref.ref(thing, callback)
+    del thing
+    time.sleep(20)  # a stop that was lost runs on to here
+    print("not stopped", ref, flush=True)
+
+def body(args):
+    if sys.argv[1] == "cli":
+        stop_inside_a_callback()
+        return 0
+    run = object.__new__(training_job.Run)
+    run.stopping = False
+    run.arm_signals()
+    try:
+        stop_inside_a_callback()
+    except training_job.Interrupted as exc:
+        print("interrupted by", exc.signum, "stopping", run.stopping, flush=True)
+        return 3
+    return 0
+
+sys.exit(cli.run_cli(body, cli.ArgumentParser(prog="dropped"), []))
+'''
+
+
+@pytest.mark.parametrize("who", ["cli", "job"])
+def test_a_stop_whose_exception_python_dropped_still_stops(who):
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "PYTHONSAFEPATH": "1"}
+    proc = subprocess.run([sys.executable, "-c", DROPPED_STOP, who], env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert "not stopped" not in proc.stdout and "Exception ignored" not in proc.stderr, proc.stdout + proc.stderr
+    if who == "cli":
+        assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 3 and f"interrupted by {int(signal.SIGTERM)} stopping True" in proc.stdout, \
+            proc.stdout + proc.stderr

@@ -358,6 +358,14 @@ def _on_termination() -> dict:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
             saved[sig] = signal.signal(sig, _raise_terminated)
+    if saved:
+        from agentic_rl.edge import procs
+
+        def rearm(_exc: BaseException) -> None:  # a Terminated Python dropped: the handlers it disarmed again
+            for sig in saved:
+                signal.signal(sig, _raise_terminated)
+
+        procs.redeliver_if_swallowed(Terminated, rearm)
     return saved
 
 
@@ -387,6 +395,10 @@ def run_cli(body: Callable[[argparse.Namespace], int], parser: argparse.Argument
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+        if saved:
+            from agentic_rl.edge import procs
+
+            procs.forget_swallowed(Terminated)
         if visible_output:
             sys.stdout, sys.stderr = streams
 

@@ -177,9 +177,16 @@ class Run:
 
     # -- the phases
 
-    def execute(self) -> int:
+    def _rearm(self, _exc: BaseException) -> None:
+        self.stopping = False  # the Interrupted was dropped: nothing is shutting down yet
+
+    def arm_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, self._on_signal)
+        procs.redeliver_if_swallowed(Interrupted, self._rearm)
+
+    def execute(self) -> int:
+        self.arm_signals()
         sys.stdout = agl.RedactingStream(sys.stdout, self.key)
         sys.stderr = agl.RedactingStream(sys.stderr, self.key)
         outcome: BaseException | None = None

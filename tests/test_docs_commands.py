@@ -100,7 +100,7 @@ def as_run(command: str) -> str:
 
 @pytest.mark.parametrize("output_dir", ["set", "unset"], ids=["EVO_OUTPUT_DIR-set", "EVO_OUTPUT_DIR-unset"])
 def test_the_docs_commands_as_written(tmp_path, output_dir):
-    task = copy_example(tmp_path, test_rows=8)  # a rehearsal of 8 test rows: the same path, faster
+    task = copy_example(tmp_path, test_rows=2)  # a rehearsal of 2 test rows: the same path, faster
     make_tiny_model(tmp_path / "models" / MODEL)
     # As if `--download ORG/NAME` had fetched it: the doc's download then reuses it (it asks no hub here).
     (tmp_path / "models" / MODEL / hub.SOURCE_FILE).write_text(json.dumps({"repo_id": f"ORG/{MODEL}"}))

@@ -29,8 +29,8 @@ verl-venv: $(VERL_STAMP)
 $(VERL_STAMP): tools/build_verl_venv.sh tools/verl-constraints.txt
 	tools/build_verl_venv.sh $(VERL_VENV)
 
-# Both environments side by side (each pip run keeps about one core busy): 1.6 min instead of 2.2 on a
-# fresh 2-core machine. Each one's output is printed whole when it is done.
+# Both environments side by side (each pip run keeps about one core busy): 1.3 min instead of 2 on a
+# 2-core machine with pip's cache warm. Each one's output is printed whole when it is done.
 venvs:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VERL_STAMP)
 
@@ -59,10 +59,10 @@ lock-train: $(STAMP)
 	  --custom-compile-command 'make lock-train' --quiet -o $(TRAIN_LOCK)
 
 # Two xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
-# --no-loadscope-reorder keeps that order): 13.5-14 min instead of 26 on a quiet 2-core machine. Three
-# workers measured 12.5-14.5 min, within this machine's noise, with more load on the timing of the
-# process tests. PYTEST_ARGS= runs them one after another. check-train-deps waits on the registry, not
-# the CPU: it runs beside pytest, its output is printed after, and either failing fails the target.
+# --no-loadscope-reorder keeps that order): 8.5-9.5 min on a quiet 2-core machine. Three
+# workers were no faster, and load the timing of the process tests more. PYTEST_ARGS= runs them one after
+# another. check-train-deps waits on the registry, not the CPU: it runs beside pytest, its output is
+# printed after, and either failing fails the target.
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: venvs
 	@$(MAKE) --no-print-directory lint

@@ -234,8 +234,11 @@ def disk_full_mid_run(h: Harness) -> None:
     (h.task / "test.jsonl").write_text("\n".join(rows) + "\n")
     disk = h.small_disk("32m")
     out = disk / "out"
-    st = h.started(out, env={rehearsal.ORACLE_DELAY_ENV: "3"})
+    # Each model call takes 8 s, so the disk is full before a rollout ends and the job writes again (with
+    # 3 s a loaded machine once filled it only after the run had completed).
+    st = h.started(out, env={rehearsal.ORACLE_DELAY_ENV: "8"})
     h.fill(disk)
+    assert (h.status(out).get("rollout_failures") or {}).get("succeeded", 0) == 0, "filled only after a rollout ended"
     final = h.wait_for(lambda: h.status(out).get("status") in run_dir.TERMINAL_STATES and h.status(out),
                        "the run to end on the full disk", 90)
     assert final["status"] == "failed", final

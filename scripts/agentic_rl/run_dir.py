@@ -381,6 +381,15 @@ def _write_reserve(output_dir: Path) -> None:
         raise
 
 
+def reserve_spent(output_dir: str | os.PathLike) -> bool:
+    """Whether the run's reserve is gone before its end: a status update found the disk full and gave it up
+    so its record could land. The run must then stop: the next writes (and its last record) have no room."""
+    return not (Path(output_dir) / RESERVE_FILE).exists()
+
+
+DISK_FILLED = "[Errno 28] No space left on device: a status update found the disk full and spent the run's reserve"
+
+
 def release_reserve(output_dir: str | os.PathLike) -> bool:
     """Give the reserve's space back (the run is ending, or the disk is full). True when there was one."""
     try:

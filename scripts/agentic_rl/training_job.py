@@ -168,6 +168,10 @@ class Run:
                 self.service_failure = Failure("output_dir", f"{gone}: the run stopped and wrote nothing more there")
                 procs.signal_self(signal.SIGUSR1)
                 return
+            if run_dir.reserve_spent(self.output_dir):  # the disk is full: nothing more can be saved
+                self.service_failure = Failure("disk", run_dir.DISK_FILLED)
+                procs.signal_self(signal.SIGUSR1)
+                return
             for svc in (self.gateway, self.controller):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
@@ -219,6 +223,8 @@ class Run:
 
     def outcome(self, exc: BaseException | None) -> tuple[int, dict]:
         """(exit code, final status fields) for how the run ended."""
+        if exc is None and run_dir.reserve_spent(self.output_dir):
+            exc = Failure("disk", run_dir.DISK_FILLED)  # it filled up near the end, before the watchdog looked
         if exc is None:
             return 0, {"status": "completed"}
         if isinstance(exc, Interrupted) and not (exc.signum == signal.SIGUSR1 and self.service_failure):

@@ -177,6 +177,11 @@ def _is_pid(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _is_time(value: Any) -> bool:
+    """A recorded start time (epoch or since boot): a number, or None where it could not be read."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
 def load_status(output_dir: str | os.PathLike) -> tuple[dict | None, str | None]:
     """(record, damage): damage says why training.status cannot be trusted (not JSON, not an object, or an
     identity field of the wrong type); record is None when there is no usable record."""
@@ -195,8 +200,7 @@ def load_status(output_dir: str | os.PathLike) -> tuple[dict | None, str | None]
         return None, f"{path} is damaged: a JSON {type(data).__name__}, not an object"
     bad = [f"{key} {data[key]!r}" for key, ok in (
         ("pid", _is_pid), ("pgid", lambda v: v is None or _is_pid(v)),
-        ("proc_start_time", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))),
-        ("proc_since_boot", lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))),
+        ("proc_start_time", _is_time), ("proc_since_boot", _is_time),
         ("run_id", lambda v: v is None or isinstance(v, str)), ("status", lambda v: v is None or isinstance(v, str)),
     ) if key in data and not ok(data[key])]
     if bad:

@@ -223,7 +223,7 @@ class Run:
 
     def outcome(self, exc: BaseException | None) -> tuple[int, dict]:
         """(exit code, final status fields) for how the run ended."""
-        if exc is None and run_dir.reserve_spent(self.output_dir):
+        if exc is None and not run_dir.folder_problem(self.output_dir) and run_dir.reserve_spent(self.output_dir):
             exc = Failure("disk", run_dir.DISK_FILLED)  # it filled up near the end, before the watchdog looked
         if exc is None:
             return 0, {"status": "completed"}

@@ -4,7 +4,7 @@
     .venv-verl/bin/python bench/cpu_rollout_tokens.py MODEL_DIR [--requests 8] [--tokens 32]
 
 The baseline: model.generate(do_sample=True, max_new_tokens=T) once per prompt, one after another
-(float32, sdpa, torch's default threads). The server: CpuLLMServer (edge/cpu_rollout.py) on
+(float32, sdpa, torch's default threads). The server: CpuLLMServer (edge/cpu/rollout_server.py) on
 127.0.0.1, the same prompts sent at once over HTTP as Agent Lightning's agents send them
 (/v1/chat/completions, logprobs on). Both count the tokens they generated; prints one JSON object.
 """
@@ -44,7 +44,7 @@ def bare_generate(model_dir: str, prompts: list[str], tokens: int) -> dict:
 
 
 async def served(model_dir: str, prompts: list[str], tokens: int) -> dict:
-    from agentic_rl.edge.cpu_rollout import CpuLLMServer
+    from agentic_rl.edge.cpu.rollout_server import CpuLLMServer
 
     server = CpuLLMServer(model_dir, None, max_num_seqs=len(prompts), logprobs_mode="processed_logprobs",
                           host="127.0.0.1")

@@ -113,7 +113,7 @@ def rehearsal_wall(rows: int = 64) -> dict:
         train = (task / "train.jsonl").read_text().splitlines()
         (task / "test.jsonl").write_text("\n".join(train[:rows]) + "\n")
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "agentic_rl.training_job", "--input-dir", str(task), "--output-dir",
+        proc = subprocess.run([sys.executable, "-m", "agentic_rl.launch.training_job", "--input-dir", str(task), "--output-dir",
                                str(out), "--rehearse", "--run-id", f"bench-{os.getpid()}"],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, preexec_fn=_pin_two_cores,
                               env={**os.environ, "PYTHONPATH": str(SCRIPTS)})
@@ -123,7 +123,7 @@ def rehearsal_wall(rows: int = 64) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"rehearsal failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-1500:]}")
     sys.path.insert(0, str(SCRIPTS))
-    from agentic_rl import rehearsal
+    from agentic_rl.launch import rehearsal
 
     agents = (status.get("controller_tuning") or {}).get("maximum_size") or 1
     estimate = rehearsal.cost(rows, 0, 1, agents, cpus=2)["estimate_s"]

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from agentic_rl import samples  # noqa: E402
 from agentic_rl.edge import agl  # noqa: E402
+from agentic_rl.runs import samples  # noqa: E402
 
 
 def model_request(i: int) -> dict:

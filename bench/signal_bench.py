@@ -23,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from agentic_rl import files, learning_signal, rehearsal  # noqa: E402
+from agentic_rl import files  # noqa: E402
+from agentic_rl.launch import rehearsal
+from agentic_rl.runs import learning_signal
 
 CPU: dict[str, float] = {}  # the same best-of, in CPU seconds: on a machine shared with busy processes
                            # wall time counts their turns too

@@ -56,7 +56,8 @@ def run_cli(*args: str) -> None:
 
 
 def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
-    from agentic_rl import files, run_dir
+    from agentic_rl import files
+    from agentic_rl.runs import run_dir
 
     out.mkdir(parents=True)
     with open(out / run_dir.LOG_FILE, "wb") as fh:  # sparse: holes, then real lines
@@ -76,7 +77,7 @@ def make_run(out: Path, log_bytes: int, steps: int, data: dict) -> None:
 
 
 def summary(out: Path) -> None:
-    from agentic_rl import metrics_reader, run_health
+    from agentic_rl.runs import metrics_reader, run_health
 
     hist = metrics_reader.load_history(out)
     status = {"status": "completed", "total_training_steps": 2 * len(hist)}
@@ -86,7 +87,7 @@ def summary(out: Path) -> None:
 
 
 def log_figures(tmp: Path, log_gb: float) -> dict:
-    from agentic_rl import run_status
+    from agentic_rl.runs import run_status
 
     big, small = tmp / "log-big", tmp / "log-small"
     make_run(big, int(log_gb * 2**30), 0, {})

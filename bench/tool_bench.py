@@ -28,8 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from agentic_rl import oracle_turns, rehearsal, task  # noqa: E402
+from agentic_rl import oracle_turns, task  # noqa: E402
 from agentic_rl.agents import kit, tool_agent, toolbox  # noqa: E402
+from agentic_rl.launch import rehearsal  # noqa: E402
 
 EXAMPLE = ROOT / "assets" / "tool_example"
 ROW_ID = "ape210k__00384263"  # three calculator steps, then the answer

@@ -20,7 +20,8 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, config_checks, config_values, files
+from agentic_rl import cli, files
+from agentic_rl.checks import config_checks, config_values
 
 
 def build_parser() -> cli.ArgumentParser:

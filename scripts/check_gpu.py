@@ -31,7 +31,8 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, gpu_select
+from agentic_rl import cli
+from agentic_rl.checks import gpu_select
 from agentic_rl.cli import EXIT_USAGE, UserError
 
 # --------------------------------------------------------------------------- rendering

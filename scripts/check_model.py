@@ -38,7 +38,8 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import agent_rules, cli, config_values, files, memory_fit, model_files, task
+from agentic_rl import cli, files, task
+from agentic_rl.checks import agent_rules, config_values, memory_fit, model_files
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, UserError
 from agentic_rl.edge import hub
 

@@ -53,8 +53,9 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import (
-    cli,
+from agentic_rl import cli
+from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.runs import (
     learning_signal,
     metrics_reader,
     run_dir,
@@ -63,7 +64,6 @@ from agentic_rl import (
     sample_turns,
     samples,
 )
-from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 
 
 def render_samples(data: dict) -> str:

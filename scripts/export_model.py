@@ -45,15 +45,17 @@ bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before a
 
 from dataclasses import replace  # after the bootstrap: Python 3.6 has no dataclasses
 
-from agentic_rl import cli, export, run_dir, task
+from agentic_rl import cli, task
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.export import exporter
+from agentic_rl.runs import run_dir
 
 
 def step_arg(text: str) -> int | None:
     import argparse
 
     try:
-        return export.parse_step(text)
+        return exporter.parse_step(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -101,7 +103,7 @@ def render_compare(result: dict) -> None:
 def body(args) -> int:
     output_dir = run_dir.resolve_output_dir(args.output_dir)
     if args.compare:
-        from agentic_rl import compare
+        from agentic_rl.export import compare
 
         if args.step is not None or args.target or args.force:
             raise UserError("--compare scores servers; --step, --target and --force belong to the export",
@@ -117,7 +119,7 @@ def body(args) -> int:
     if args.model_endpoint or args.input_dir:
         raise UserError("--model-endpoint and --input-dir work only with --compare", "add --compare", EXIT_USAGE)
     target = Path(args.target).expanduser() if args.target else None
-    checks, data = export.export(output_dir, args.step, target, args.force)
+    checks, data = exporter.export(output_dir, args.step, target, args.force)
     if data.get("left_at"):
         checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']} (the next "
                                                    "export removes it)")

@@ -41,8 +41,9 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, run_dir, run_stop
+from agentic_rl import cli
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.runs import run_dir, run_stop
 
 
 def render(report: dict) -> str:

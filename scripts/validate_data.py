@@ -30,7 +30,8 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli, task, task_checks
+from agentic_rl import cli, task
+from agentic_rl.checks import task_checks
 from agentic_rl.cli import UserError
 
 # --------------------------------------------------------------------------- JSONL

@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from agentic_rl.edge.cpu_generate import Engine, Gate, generate_batch  # noqa: E402
+from agentic_rl.edge.cpu.batch_engine import Engine, Gate, generate_batch  # noqa: E402
 
 PROMPTS = [[5, 9, 12], [7, 3, 3, 8, 20, 21, 2, 4], [11], [22, 23, 24, 25, 26, 27], [6, 6, 6, 6]]
 ASKED = [6, 3, 9, 1, 5]

@@ -4,7 +4,7 @@
 Qwen2 (tools/make_tiny_model.py, 22.75K parameters, used byte for byte) and a graded judge (the
 share of digits in the answer) so GRPO's advantages are not all zero. Everything is the bundle's
 and VERL's own: gateway, controller, bundled agent, judge, run_ppo, Ray, the FSDP engine, GRPO,
-the checkpoint engine, checkpoints; only the GPU-only parts are the stand-ins of edge/cpu_train.py.
+the checkpoint engine, checkpoints; only the GPU-only parts are the stand-ins of edge/cpu/stand_ins.py.
 
 Any test module takes it with conftest's module-scoped fixture `cpu_run` (one run per module that
 asks for it; `verl_venv` skips where .venv-verl is missing):
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from agentic_rl import run_dir
 from agentic_rl.edge import procs
+from agentic_rl.runs import run_dir
 from conftest import ROOT, copy_example, run_script
 from make_tiny_model import make_tiny_model
 
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
 TRAIN_ROWS, TEST_ROWS = 4, 2
-# Test-only overrides: Ray on loopback, without usage stats or token auth (as tests/test_ray_mode.py).
+# Test-only overrides: Ray on loopback, without usage stats or token auth (as tests/launch/test_ray_mode.py).
 TEST_OVERRIDES = ["+ray_kwargs.ray_init._node_ip_address=127.0.0.1"]
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 GRADED_JUDGE = (

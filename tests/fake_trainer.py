@@ -24,8 +24,8 @@ UPDATE_S = 1.0  # the "update" between a step's last rollout and its log line
 
 def run_ppo(cfg, train_rows: list[dict], val_rows: list[dict]) -> None:
     import orjson
-    from agentic_rl import rehearsal
     from agentic_rl.edge import agl
+    from agentic_rl.launch import rehearsal
 
     task = Path(os.environ["ARL_FAKE_TRAINER_TASK"])
     rows = [json.loads(r["arl_row"]) for r in train_rows + val_rows]
@@ -62,8 +62,8 @@ def run_ppo(cfg, train_rows: list[dict], val_rows: list[dict]) -> None:
 
 
 def main() -> None:
-    from agentic_rl import training_job
     from agentic_rl.edge import agl
+    from agentic_rl.launch import training_job
 
     agl.trainer_entrypoint = lambda: run_ppo
     sys.exit(training_job.main(sys.argv[1:]))

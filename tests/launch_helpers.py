@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import psutil
-from agentic_rl import rehearsal, run_dir
 from agentic_rl.edge import procs
+from agentic_rl.launch import rehearsal
+from agentic_rl.runs import run_dir
 from conftest import SCRIPTS, run_script
 
 START = SCRIPTS / "start_training.sh"

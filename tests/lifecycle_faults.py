@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from agentic_rl import files, rehearsal, run_dir
+from agentic_rl import files
 from agentic_rl.edge import procs
+from agentic_rl.launch import rehearsal
+from agentic_rl.runs import run_dir
 from conftest import run_module, run_script
 from launch_helpers import wait_for
 
@@ -306,7 +308,7 @@ def sleeper(run_id: str, folder: Path) -> subprocess.Popen:
 
 
 def job_by_hand_with_another_folders_run_id(h: Harness) -> None:
-    """`python -m agentic_rl.training_job --run-id <A's id> --output-dir B` whose preflight fails SIGTERMed
+    """`python -m agentic_rl.launch.training_job --run-id <A's id> --output-dir B` whose preflight fails SIGTERMed
     run A at its shutdown (kill_run matched EVO_RUN_ID alone)."""
     a_dir, b_dir = h.tmp / "a", h.tmp / "b"
     a_dir.mkdir()
@@ -314,7 +316,7 @@ def job_by_hand_with_another_folders_run_id(h: Harness) -> None:
     (h.task / "config.json").write_text('{"actor_rollout_ref": {"rollout": {"n": 0}}}\n')  # fails preflight
     a = sleeper(run_a, a_dir)
     try:
-        job = run_module("training_job", "--input-dir", str(h.task), "--output-dir", str(b_dir), "--run-id", run_a,
+        job = run_module("launch.training_job", "--input-dir", str(h.task), "--output-dir", str(b_dir), "--run-id", run_a,
                          "--rehearse", timeout=120)
         assert a.poll() is None, f"run A's process was signalled ({a.returncode})"
         assert job.returncode == 4, job.stdout + job.stderr

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agentic_rl.edge import procs
 
-# Ray on loopback only (with --node-ip-address), no usage stats, no token auth (tests/test_ray_mode.py says why).
+# Ray on loopback only (with --node-ip-address), no usage stats, no token auth (tests/launch/test_ray_mode.py says why).
 CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 NODE_IP = "127.0.0.2"
 PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",

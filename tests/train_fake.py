@@ -1,4 +1,4 @@
-"""Test code only: the GPU half of VERL's trainer, replaced inside Ray workers for tests/test_train_path.py.
+"""Test code only: the GPU half of VERL's trainer, replaced inside Ray workers for tests/launch/test_train_path.py.
 
 Given to a run as a Hydra override after `--`:
 

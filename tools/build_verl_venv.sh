@@ -2,7 +2,7 @@
 # Build the VERL parity environment: Python 3.11 + the CPU torch 2.13.0 file + verl 0.8.0 +
 # agentlightning 1.0.2. verl imports torch, ray and transformers at module load, and Python 3.12
 # has only CUDA torch on the registry, so VERL's own validate_config and the train path up to the
-# GPU (tests/test_train_path.py) and CPU training (start_training.sh --cpu-steps N) run here, apart
+# GPU (tests/launch/test_train_path.py) and CPU training (start_training.sh --cpu-steps N) run here, apart
 # from the 3.12 .venv.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,7 +17,7 @@ pip=("$target/bin/python" -m pip)
 # cachetools, fastapi and uvicorn: verl imports them without declaring them.
 "${pip[@]}" install --quiet -c "$here/verl-constraints.txt" verl==0.8.0 cachetools fastapi uvicorn hydra-core
 # einops: VERL's pure-torch pad/unpad (verl/utils/npu_flash_attn_utils.py), which CPU training uses in
-# place of flash_attn (scripts/agentic_rl/edge/cpu_train.py).
+# place of flash_attn (scripts/agentic_rl/edge/cpu/stand_ins.py).
 "${pip[@]}" install --quiet -c "$here/verl-constraints.txt" einops
 # agentlightning 1.0.2 declares Python >= 3.12, but its source runs on 3.11; its trainer part
 # (agentlightning.verl) is what the train-path test drives up to the GPU.

@@ -9,8 +9,8 @@ with --json the one envelope on stdout; never a traceback.
 Standard library only, and plain syntax (nothing newer than Python 3.6), so an old Python 3 gets this
 message too. For the same reason each CLI in scripts/ is plain syntax up to its `bootstrap.ensure()`
 line (no `from __future__ import annotations`: Python 3.6 rejects the whole file for it), and
-start_training.sh enters through `python -m agentic_rl.bootstrap agentic_rl.launcher ARGS`, which
-checks this Python before the launcher's own file is read (tests/test_bootstrap.py runs them under
+start_training.sh enters through `python -m agentic_rl.bootstrap agentic_rl.launch.launcher ARGS`, which
+checks this Python before the launcher's own file is read (tests/cli/test_bootstrap.py runs them under
 the oldest Pythons installed).
 
     >>> missing_modules(["json", "no_such_module_here"])
@@ -115,7 +115,7 @@ def run_module(argv):
     import runpy
 
     if len(argv) < 2:
-        sys.stderr.write("Error: no module to run\nHint: python -m agentic_rl.bootstrap agentic_rl.launcher ARGS\n")
+        sys.stderr.write("Error: no module to run\nHint: python -m agentic_rl.bootstrap agentic_rl.launch.launcher ARGS\n")
         return 2
     module, rest = argv[1], [argv[0]] + argv[2:]
     ensure(module=module, argv=rest)

@@ -102,7 +102,7 @@ def request_call(messages: Any) -> tuple[str, int]:
     """(prompt, k) of a chat request: the row is known by its prompt (the last user message, task.goal
     rendered for the row), and the call by how many model calls of the rollout came before it (the
     assistant messages the request already holds). The rehearsal's oracle and the CPU rollout server
-    (edge/cpu_oracle.py) both play turn k of that row.
+    (edge/cpu/forced_turns.py) both play turn k of that row.
 
     >>> request_call([{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": None}])
     ('2+3?', 1)

@@ -1,6 +1,6 @@
 """Test code only: what Agent Lightning hands VERL's trainer each step, dumped from inside the Ray worker.
 
-tests/test_cpu_tool_train.py puts this folder on a CPU run's PYTHONPATH and names a file in
+tests/launch/test_cpu_tool_train.py puts this folder on a CPU run's PYTHONPATH and names a file in
 ARL_TEST_BATCH_DUMP; every Python process of the run then imports this module at start, and the
 one that imports agentlightning.verl.rollout_adapter (the trainer's TaskRunner) gets
 RolloutAdapter.get_train_data_batch wrapped: each call appends one JSON line with the step, the

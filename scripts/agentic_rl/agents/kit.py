@@ -42,7 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, run_dir, task
+from agentic_rl import cli, task
+from agentic_rl.runs import run_dir
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT_S = 600.0

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import run_dir
 from agentic_rl.cli import UserError
 from agentic_rl.edge import procs
 
@@ -116,7 +115,7 @@ def service_env(run_id: str, key: str, extra: dict | None = None) -> dict:
     PYTHONSAFEPATH=1 so their cwd is not on sys.path either; no task-folder path reaches them."""
     from agentic_rl import cli
 
-    env = {**os.environ, run_dir.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+    env = {**os.environ, procs.RUN_ID_ENV: run_id, KEY_ENV: key, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
     env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
         p for p in (str(cli.SCRIPTS_DIR), *(env.get("PYTHONPATH") or "").split(os.pathsep)) if p))

@@ -150,7 +150,7 @@ def read_gpus(samples: int = 1, interval: float = 0.0) -> list[dict]:
 def read_driver() -> dict:
     """{'driver_version': '580.65.06', 'cuda_version': '13.0'}: the driver and the newest CUDA it runs,
     each None where NVML cannot say. Raises NvmlUnavailable."""
-    from agentic_rl import gpu_stack
+    from agentic_rl.edge import torch_build
 
     with _session() as pynvml:
         out: dict = {"driver_version": None, "cuda_version": None}
@@ -164,7 +164,7 @@ def read_driver() -> dict:
             if fn is None:
                 continue
             try:
-                out["cuda_version"] = gpu_stack.cuda_of_version(int(fn()))
+                out["cuda_version"] = torch_build.cuda_of_version(int(fn()))
                 break
             except pynvml.NVMLError:
                 continue

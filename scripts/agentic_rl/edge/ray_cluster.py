@@ -53,7 +53,7 @@ def _probe(address: str, timeout: float = 5.0) -> None:
 HEAD_RESOURCE = "node:__internal_head__"  # the resource Ray gives its head node alone
 PROBE_TIMEOUT_S = 60.0
 # What the child driver must not carry: its Ray workers would otherwise count as the run's processes.
-_RUN_MARKERS = ("EVO_RUN_ID", "ARL_OUTPUT_DIR")  # run_dir.RUN_ID_ENV, RUN_DIR_ENV
+_RUN_MARKERS = ("EVO_RUN_ID", "ARL_OUTPUT_DIR")  # procs.RUN_ID_ENV, RUN_DIR_ENV
 
 
 def _connect(address: str, ship_code: bool) -> None:
@@ -162,8 +162,7 @@ def node_probe(spec: dict) -> dict:
     import os
     import platform
 
-    from agentic_rl import gpu_stack
-    from agentic_rl.edge import nvml, ray_cluster
+    from agentic_rl.edge import nvml, ray_cluster, torch_build
 
     out: dict = {"hostname": platform.node(), "python": platform.python_version(), "packages": {}}
     for dist in ("ray", "verl", "agentlightning", "torch"):
@@ -171,7 +170,7 @@ def node_probe(spec: dict) -> dict:
             out["packages"][dist] = md.version(dist)
         except md.PackageNotFoundError:
             out["packages"][dist] = None
-    out["torch_cuda"] = gpu_stack.torch_cuda_build()["cuda"]
+    out["torch_cuda"] = torch_build.torch_cuda_build()["cuda"]
     try:
         out["driver"] = nvml.read_driver()
     except nvml.NvmlUnavailable as exc:

@@ -1,0 +1,640 @@
+"""The checks of a task folder (gates 1-2): files, agent.json, task.goal, train/test.jsonl, judge.py,
+config.json. validate_data.py renders them; the training job re-runs the fast ones (quick_checks).
+
+Rows are streamed, never held: a million-row file costs one pass and a few MB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentic_rl import cli, files, task
+from agentic_rl.checks import config_values
+from agentic_rl.cli import Check, UserError
+from agentic_rl.task import TASK_FILES
+
+MAX_SHOWN = 20  # defects listed per file; the total is always counted
+
+
+PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class", "max_turns", "tool_timeout_s", "tool_isolation")
+
+
+AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON (write a number or a string)")
+
+
+# One decoder, built once: json.loads with keyword arguments would build a new one per line.
+_decode = json.JSONDecoder(parse_constant=_reject_constant).decode
+# A \uD800-\uDFFF escape: only lines that have one are searched for a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class Defect(str):
+    """A defect message; `field` names the row field it is in, `hint` says how to fix it (when known)."""
+
+    def __new__(cls, message: str, field: str | None = None, hint: str | None = None) -> Defect:
+        self = super().__new__(cls, message)
+        self.field, self.hint = field, hint
+        return self
+
+
+def lone_surrogate(row: dict) -> Defect | None:
+    """The first string (key or value, at any depth) holding a lone surrogate such as "\\ud800".
+
+    JSON can escape one, but it is no Unicode character: writing it as UTF-8 fails (the prompt,
+    the judge's rows, every log line), so the row is a defect here rather than a crash later.
+    """
+    stack: list[tuple[object, str]] = [(v, k) for k, v in reversed(row.items())] + [(k, k) for k in row]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+                continue
+            except UnicodeEncodeError:
+                bad = next(c for c in node if 0xD800 <= ord(c) <= 0xDFFF)
+            shown = path.encode("utf-8", "backslashreplace").decode()
+            return Defect(f"field {shown} holds a lone surrogate escape \\u{ord(bad):04x}: not a Unicode "
+                          "character, so it cannot be written as UTF-8",
+                          shown.split(".", 1)[0],
+                          "remove the escape, or write the character it stands for (a pair such as "
+                          "\\ud83d\\ude00 is fine)")
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(node.items()))
+            stack.extend((k, f"{path}.{k}") for k in node)
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """Stream a JSON Lines file in constant memory: yield (lineno, row, defect), one of them None.
+
+    Blank lines (only whitespace) are skipped; line numbers still count them. A UTF-8 BOM,
+    invalid UTF-8, invalid JSON (NaN and Infinity included) and a non-object give a defect.
+
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "rows.jsonl"
+        >>> _ = path.write_text('{"a": 1}\\n\\n[1]\\n')
+        >>> list(iter_jsonl(path))
+        [(1, {'a': 1}, None), (3, None, 'a JSON array, not an object')]
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            # The fast path is one decode and one parse; every defect is sorted out only when they fail.
+            try:
+                row = _decode(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield lineno, None, f"not valid UTF-8 (byte {exc.start + 1} of the line)"
+                continue
+            except (ValueError, RecursionError) as exc:
+                if not raw.strip():
+                    continue
+                if raw.startswith(BOM):
+                    yield lineno, None, "starts with a UTF-8 byte-order mark (BOM)"
+                elif isinstance(exc, json.JSONDecodeError):
+                    yield lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}"
+                else:
+                    yield lineno, None, f"invalid JSON: {str(exc) or type(exc).__name__}"
+                continue
+            if type(row) is dict:
+                if _SURROGATE_ESCAPE.search(raw) and (defect := lone_surrogate(row)):
+                    yield lineno, None, defect
+                    continue
+                yield lineno, row, None
+            else:
+                kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+                yield lineno, None, f"a JSON {kind}, not an object"
+
+
+class _IdIndex:
+    """The ids seen so far, as 64-bit hashes in 256 arrays: 8 bytes a row and no object per row.
+
+    Hashes only find candidates; a second pass over the file confirms them with the real ids,
+    so a hash collision can never report a false duplicate.
+    """
+
+    def __init__(self) -> None:
+        self.buckets = [array("q") for _ in range(256)]
+
+    def candidates(self) -> set[int]:
+        out: set[int] = set()
+        for bucket in self.buckets:
+            if len(set(bucket)) != len(bucket):  # only a bucket with a repeat is walked in Python
+                seen: set[int] = set()
+                for h in bucket:
+                    (out.add if h in seen else seen.add)(h)
+        return out
+
+
+def _id_key(value: object) -> str | None:
+    """Ids compare as text: 7 and "7" are the same id. None when the value cannot be an id."""
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+def _defect(name: str, lineno: int, message: str, hint: str, field: str | None = None) -> Check:
+    details = {"file": name, "line": lineno, **({"field": field} if field else {})}
+    return Check(name, "fail", message, hint, f"{name}:{lineno}", details)
+
+
+def scan_jsonl(path: Path, fields: list[str] | None, sample: int = 0) -> dict:
+    """Check every row of one JSONL file. fields: the template's fields (None if the template is broken).
+
+    Returns {"rows", "defects" (total), "shown" (the first MAX_SHOWN as Checks, by line), "sample"
+    (up to `sample` valid rows as (lineno, row))}. Only the id index grows with the file.
+    """
+    name = path.name
+    need = ("ground_truth", *(fields or []))
+    shown: list[Check] = []
+    total = rows = 0
+    ids = _IdIndex()
+    buckets = ids.buckets  # appended to inline: the loop below runs once per row
+    samples: list[tuple[int, dict]] = []
+    absent: dict[str, dict] = {}  # template field -> rows without it, first line, that row's keys
+
+    def add(lineno: int, message: str, hint: str, field: str | None = None) -> None:
+        nonlocal total
+        total += 1
+        if len(shown) < MAX_SHOWN:
+            shown.append(_defect(name, lineno, message, hint, field))
+
+    for lineno, row, problem in iter_jsonl(path):
+        if row is None:
+            add(lineno, problem or "", getattr(problem, "hint", None) or "write one JSON object per line, saved as "
+                "UTF-8 without BOM", getattr(problem, "field", None))
+            continue
+        rows += 1
+        ok = True
+        for field in need:
+            if field not in row:
+                ok = False
+                for missing in (f for f in need if f not in row):
+                    if missing == "ground_truth":
+                        add(lineno, "field ground_truth is missing", "every row needs ground_truth: the judge "
+                            "scores the response against it", missing)
+                    else:  # one finding per field, after the loop: a template typo misses it in every row
+                        seen = absent.setdefault(missing, {"rows": 0, "line": lineno, "keys": list(row)})
+                        seen["rows"] += 1
+                break
+        if "metadata" in row and type(metadata := row["metadata"]) is not dict:
+            ok = False
+            add(lineno, f"field metadata must be an object, got {type(metadata).__name__}",
+                "write metadata as a JSON object, e.g. {\"difficulty\": 2}, or leave it out", "metadata")
+        if "id" in row:
+            rid = row["id"]
+            key = rid if type(rid) is str else _id_key(rid)
+            if key is None:
+                ok = False
+                add(lineno, f"field id must be a string or an integer, got {type(rid).__name__}",
+                    "use a unique string or integer id, or leave id out", "id")
+            else:
+                h = hash(key)
+                buckets[h & 255].append(h)
+        if ok and len(samples) < sample:
+            samples.append((lineno, row))
+
+    for missing, seen in absent.items():
+        total += 1
+        if seen["rows"] < rows:  # some rows lack it: the rows are the place to edit
+            shown.append(_missing_field(name, missing, seen, rows, fields or []))
+    typos = {f: seen for f, seen in absent.items() if seen["rows"] == rows}  # task.goal is: data_checks says it once
+    candidates = ids.candidates()
+    if candidates or absent:
+        dups = list(_duplicates(path, candidates)) if candidates else []
+        total += len(dups)
+        merged = sorted([*shown, *dups], key=lambda c: c.details["line"])
+        shown = merged[:MAX_SHOWN]
+    return {"rows": rows, "defects": total, "shown": shown, "sample": samples, "typos": typos}
+
+
+def _near_field(field: str, seen: dict, fields: list[str]) -> tuple[str | None, list[str], str]:
+    """(the closest field name the rows have, the rows' other fields, the hint): a did-you-mean only when it
+    is near; else the rows' fields."""
+    import difflib
+
+    others = [k for k in seen["keys"] if k not in fields and k not in ("ground_truth", "id", "metadata")]
+    near = difflib.get_close_matches(field, others, n=1, cutoff=0.6)
+    if near:
+        return near[0], others, f"did you mean {{{near[0]}}}? write {{{near[0]}}} in task.goal, or add {field} to the rows"
+    return None, others, (f"the rows have {', '.join(others) or 'no other fields'}: use one of them in task.goal, or "
+                          f"add {field} to the rows")
+
+
+def _missing_field(name: str, field: str, seen: dict, rows: int, fields: list[str]) -> Check:
+    """One finding for a template field some rows lack: how many, the first line, and the closest field."""
+    near, others, hint = _near_field(field, seen, fields)
+    check = _defect(name, seen["line"], f"field {field} is missing in {seen['rows']} of {rows} rows (first at line "
+                    f"{seen['line']}; task.goal uses {{{field}}})", hint, field)
+    check.details.update(rows=seen["rows"], suggestion=near, row_fields=others)
+    return check
+
+
+def _template_typo(field: str, in_files: dict[str, dict], template: str | None, fields: list[str]) -> Check:
+    """One finding for a task.goal field that no row of train.jsonl or test.jsonl has: at its line in
+    task.goal, the place to edit (not once per file at line 1)."""
+    line = next((n for n, text in enumerate((template or "").splitlines(), 1) if "{" + field in text), 1)
+    near, others, hint = _near_field(field, next(iter(in_files.values())), fields)
+    names = " and ".join(in_files)
+    return Check("task.goal", "fail", f"{{{field}}} names a field that every row of {names} lacks", hint,
+                 f"task.goal:{line}", {"file": "task.goal", "line": line, "field": field, "files": list(in_files),
+                                       "suggestion": near, "row_fields": others})
+
+
+def _duplicates(path: Path, candidates: set[int]) -> Iterator[Check]:
+    """Second pass, only when the hashes repeat: confirm each duplicate with the real id."""
+    first: dict[str, int] = {}
+    for lineno, row, _ in iter_jsonl(path):
+        key = _id_key(row.get("id")) if row is not None else None
+        if key is None or hash(key) not in candidates:
+            continue
+        if key in first:
+            yield _defect(path.name, lineno, f"duplicate id {key!r} (first at line {first[key]})",
+                          "give every row its own id, or leave id out", "id")
+        else:
+            first[key] = lineno
+
+
+def data_checks(input_dir: Path, fields: list[str] | None, sample: int,
+                template: str | None = None) -> tuple[list[Check], dict]:
+    """train.jsonl and test.jsonl: per-file defects (a summary only when more than MAX_SHOWN, and one finding
+    at task.goal for a field no row has). Train rows vs. the batch size is verl_rules' check (train-rows)."""
+    checks: list[Check] = []
+    info: dict = {}
+    typos: dict[str, dict[str, dict]] = {}
+    for name in ("train.jsonl", "test.jsonl"):
+        path = input_dir / name
+        if not path.is_file():
+            continue
+        try:
+            scan = scan_jsonl(path, fields, sample if name == "train.jsonl" else 0)
+        except OSError as exc:
+            checks.append(Check(name, "fail", f"cannot read: {exc.strerror or exc}", "check the file's permissions",
+                                name, {"file": name}))
+            continue
+        info[name] = scan
+        checks.extend(scan["shown"])
+        for field, seen in scan["typos"].items():
+            typos.setdefault(field, {})[name] = seen
+        rows, total = scan["rows"], scan["defects"]
+        if rows == 0 and total == 0:
+            checks.append(Check(name, "fail", "no rows (the file is empty or blank)",
+                                f"add rows: {TASK_FILES[name]}", name, {"file": name, "line": 0}))
+        elif total > MAX_SHOWN:  # the defects not listed are a finding of their own
+            checks.append(Check(name, "fail", f"{rows} rows, {total} defects; the first {MAX_SHOWN} are listed",
+                                "fix the lines listed, then validate again to see the rest", name,
+                                {"file": name, "defects": total}))
+        elif not total:
+            checks.append(Check(name, "ok", f"{rows} rows, no defects", where=name, details={"rows": rows}))
+    checks += [_template_typo(field, in_files, template, fields or []) for field, in_files in typos.items()]
+    return checks, info
+
+
+def file_checks(input_dir: Path) -> list[Check]:
+    """One fail per missing file, each with its format; one ok when all are there."""
+    missing = []
+    for name, fmt in TASK_FILES.items():
+        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir))
+        if not present:
+            missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
+                                 f"see {cli.EXAMPLES_DOC.name} for a complete example", name))
+    return missing or [Check("files", "ok", f"all {len(TASK_FILES)} task files present", where=str(input_dir))]
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why model_name cannot be a model name, or None. It reaches the gateway's Hydra config and
+    VERL's OmegaConf config: `${...}` would be resolved there (to any environment variable, the
+    run's key included) and a trailing backslash breaks Hydra's override lexer."""
+    if "${" in name:
+        return "contains ${...}, which OmegaConf would resolve (e.g. to an environment variable)"
+    if name.endswith("\\"):
+        return "ends with a backslash"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character (a newline, a tab...)"
+    return None
+
+
+def agent_checks(input_dir: Path) -> list[Check]:
+    path = task.agent_config_path(input_dir)
+    if path is None:
+        return []  # reported by file_checks
+    name = path.name
+    try:
+        cfg = task.load_agent_config(input_dir)
+    except UserError as exc:
+        return [Check(name, "fail", exc.message.replace(str(path), name), exc.hint, name)]
+    out = []
+    if name == "agent.json" and (input_dir / "agent.jsonl").is_file():
+        out.append(Check(name, "warn", "both agent.json and agent.jsonl exist; agent.json is used",
+                         "remove the one you do not mean", where=name))
+    problem = model_name_problem(cfg["model_name"])
+    if problem:
+        out.append(Check(name, "fail", f"model_name {json.dumps(cfg['model_name'])} {problem}",
+                         "write a model folder or a Hugging Face id, e.g. \"Qwen/Qwen2.5-0.5B-Instruct\" "
+                         "(check_model.py --list shows the local ones)", f"{name}:model_name"))
+    agent_class = cfg.get("agent_class")
+    if agent_class is not None and not (isinstance(agent_class, str) and AGENT_CLASS_RE.match(agent_class)):
+        out.append(Check(name, "fail", f"agent_class {agent_class!r} is not of the form module:Class",
+                         "write it like \"my_agents.solver:SolverAgent\" (importable module, then the class)",
+                         f"{name}:agent_class"))
+    max_tokens = cfg.get("max_tokens")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
+        out.append(Check(name, "fail", f"max_tokens must be a positive integer, got {max_tokens!r}",
+                         "e.g. \"max_tokens\": 512", f"{name}:max_tokens"))
+    from agentic_rl.checks import agent_rules
+
+    out += agent_rules.settings_checks(cfg, name)
+    if "system_prompt" in cfg and not isinstance(cfg["system_prompt"], str):
+        out.append(Check(name, "fail", "system_prompt must be a string", "write it as a JSON string",
+                         f"{name}:system_prompt"))
+    import difflib
+
+    for key in cfg:
+        if key not in AGENT_KEYS:
+            near = difflib.get_close_matches(key, AGENT_KEYS, n=1)
+            out.append(Check(name, "warn", f"unknown key {key!r} is ignored" + (f"; did you mean {near[0]!r}?"
+                                                                                 if near else ""),
+                             f"known keys: {', '.join(AGENT_KEYS)}", f"{name}:{key}"))
+    if not any(c.status == "fail" for c in out):
+        out.insert(0, Check(name, "ok", f"model_name {cfg['model_name']}", where=name))
+    return out
+
+
+MODEL_PATH_KEY = "actor_rollout_ref.model.path"
+
+
+def model_path_check(input_dir: Path, cfg: dict | None) -> list[Check]:
+    """config.json's actor_rollout_ref.model.path (Agent Lightning's examples set it) never reaches VERL:
+    the launcher writes agent.json's model_name there. A warning with both values when they differ."""
+    model = (cfg or {}).get("actor_rollout_ref", {}) if isinstance(cfg, dict) else {}
+    model = model.get("model") if isinstance(model, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if path is None:
+        return []
+    try:
+        name = task.load_agent_config(input_dir)["model_name"]
+    except UserError:
+        return []  # agent.json's own check says why
+    agent = task.agent_config_path(input_dir)
+    if str(path) == name:
+        return []
+    return [Check("config.json", "warn", f"{MODEL_PATH_KEY} {str(path)!r} is not used: {agent.name} model_name "
+                  f"{name!r} wins (the launcher writes model_name into {MODEL_PATH_KEY})",
+                  f"remove {MODEL_PATH_KEY} from config.json, and pick the model in {agent.name} "
+                  "(check_model.py --model NAME --set-agent INPUT_DIR)", MODEL_PATH_KEY,
+                  {"keys": [MODEL_PATH_KEY], "config": path, "model_name": name, "used": name})]
+
+
+def _module_names(input_dir: Path) -> list[tuple[str, str]]:
+    """(module name, file) of what `import NAME` could find at the top of the task folder."""
+    import importlib.machinery
+
+    found = []
+    try:
+        entries = sorted(input_dir.iterdir())
+    except OSError:
+        return []
+    suffixes = tuple(importlib.machinery.all_suffixes())
+    for entry in entries[:5000]:
+        if entry.is_dir() and (entry / "__init__.py").is_file() and entry.name.isidentifier():
+            found.append((entry.name, entry.name + "/"))
+        elif entry.is_file() and entry.name.endswith(suffixes):
+            stem = entry.name.split(".", 1)[0]
+            if stem.isidentifier():
+                found.append((stem, entry.name))
+    return found
+
+
+def shadow_checks(input_dir: Path) -> list[Check]:
+    """Task-folder files named like a standard-library or installed module. Agents put the task
+    folder on sys.path after both, so `import random` never reaches a random.py there (and the
+    services never see it at all): warn, so a helper is not silently replaced by the real module."""
+    import importlib.machinery
+    import sys
+
+    folder = str(input_dir.resolve())
+    path = [p for p in sys.path if p and str(Path(p).resolve()) != folder]
+    out = []
+    for name, shown in _module_names(input_dir):
+        if name in ("sitecustomize", "usercustomize"):
+            out.append(Check("task folder", "warn", f"{shown} would run in every Python process that has the task "
+                             "folder on sys.path at start; no process of a run does (agents add the folder later), so "
+                             "it never runs", "move its code into judge.py or a module judge.py imports", shown,
+                             {"file": shown, "module": name}))
+            continue
+        if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+            whose = "the standard library's"
+        else:
+            try:
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                continue
+            origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+            whose = f"the installed ({origin})"
+        out.append(Check("task folder", "warn", f"{shown} is named like {whose} module {name!r}: agents import that "
+                         f"one, so `import {name}` in judge.py or agent code never reaches {shown}",
+                         f"rename it, e.g. task_{name}{shown[len(name):]}, and import it under that name", shown,
+                         {"file": shown, "module": name}))
+    return out
+
+
+def read_template(input_dir: Path) -> tuple[str | None, list[str] | None, list[Check]]:
+    """(template text, its fields, checks); fields is None when the template cannot be used."""
+    path = input_dir / "task.goal"
+    if not path.is_file():
+        return None, None, []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return None, None, [Check("task.goal", "fail", f"not valid UTF-8 (byte {exc.start + 1})",
+                                  "save task.goal as UTF-8", "task.goal")]
+    if text.startswith("\ufeff"):
+        return None, None, [Check("task.goal", "fail", "starts with a UTF-8 byte-order mark (BOM)",
+                                  "save task.goal as UTF-8 without BOM", "task.goal:1")]
+    try:
+        fields = task.template_fields(text)
+    except task.TemplateError as exc:
+        return text, None, [Check("task.goal", "fail", str(exc),
+                                  "placeholders are {field} with a plain row field name; {{ and }} are literal braces",
+                                  "task.goal")]
+    if not text.strip():
+        return text, None, [Check("task.goal", "fail", "the template is empty", TASK_FILES["task.goal"],
+                                  "task.goal")]
+    if not fields:
+        return text, fields, [Check("task.goal", "warn", "no {field} placeholders: every prompt is the same text",
+                                    "reference row fields like {question}", "task.goal")]
+    checks = [Check("task.goal", "ok", f"fields: {', '.join(fields)}", where="task.goal")]
+    if "ground_truth" in fields:
+        checks.append(Check("task.goal", "warn", "the template uses {ground_truth}: every prompt gives the answer away",
+                            "remove {ground_truth} from task.goal unless that is the point", "task.goal"))
+    return text, fields, checks
+
+
+def read_config(input_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict | None, list[Check]]:
+    """config.json, with the `--` Hydra overrides applied when given: the config the run will use."""
+    path = input_dir / "config.json"
+    cfg: dict | None = None
+    if path.is_file():
+        try:
+            cfg = files.read_json_file(path)
+        except UserError as exc:
+            return None, [Check("config.json", "fail", exc.message.replace(str(path), "config.json"), exc.hint,
+                                "config.json")]
+        if not isinstance(cfg, dict):
+            return None, [Check("config.json", "fail", f"must be a JSON object, got {type(cfg).__name__}",
+                                TASK_FILES["config.json"], "config.json")]
+    if not overrides:
+        return cfg, []
+    from agentic_rl.edge import verl_config
+
+    try:
+        return verl_config.merge_overrides(cfg or {}, list(overrides)), []
+    except Exception as exc:  # Hydra's override grammar: one line, never a traceback
+        return None, [Check("overrides", "fail", f"cannot apply the -- overrides: {' '.join(str(exc).split())}"[:300],
+                            "write each as key=value, +new.key=value or ~drop.key (Hydra override syntax)",
+                            "overrides")]
+
+
+def config_source(overrides: list[str] | tuple[str, ...] = ()) -> str:
+    return "config.json + -- overrides" if overrides else "config.json"
+
+
+def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None = None,
+                      source: str = "config.json") -> list[Check]:
+    if cfg is None:
+        return []
+    from agentic_rl.checks import config_checks  # the schema, did-you-mean and VERL cross-field rules
+
+    return config_checks.check_config(cfg, source=source, gpus=gpus, train_rows=train_rows)
+
+
+def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Check]:
+    """The fast preflight the training job re-runs: files present, agent.json, template parse, and
+    config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
+    input_dir = Path(input_dir)
+    checks = file_checks(input_dir) + agent_checks(input_dir)
+    checks += read_template(input_dir)[2]
+    cfg, cfg_checks = read_config(input_dir, overrides)
+    return (checks + cfg_checks + config_checks_for(cfg, gpus, source=config_source(overrides))
+            + model_path_check(input_dir, cfg))
+
+
+def judge_step_time(judge: dict, cfg: dict) -> dict | None:
+    """judge_probe.step_time for this config: VERL's rows per step, rollout.n, and the agents that run at once
+    in training on this host (edge/agl.controller_tuning, as the job sets it)."""
+    from agentic_rl.checks import judge_probe
+    from agentic_rl.edge import agl
+
+    try:
+        rows = int(config_values.dataloader_batch(cfg)[1] or 1)
+        n = int(config_values.effective(cfg, "actor_rollout_ref.rollout.n") or 1)
+    except (TypeError, ValueError):  # a wrong type: the config checks say so
+        return None
+    parallel = agl.controller_tuning(rows * n, os.cpu_count() or 1, rehearse=False)["maximum_size"]
+    return judge_probe.step_time(judge, rows, n, parallel)
+
+
+def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
+    """(agent.json or agent.jsonl, agent_class) when agent.json names a well-formed agent_class."""
+    path = task.agent_config_path(input_dir)
+    try:
+        spec = task.load_agent_config(input_dir).get("agent_class") if path else None
+    except UserError:
+        return None
+    return (path.name, spec) if isinstance(spec, str) and AGENT_CLASS_RE.match(spec) else None
+
+
+def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
+             debug: bool = False, overrides: list[str] | tuple[str, ...] = (),
+             oracle: Path | None = None) -> tuple[list[Check], dict]:
+    """Every check of the task folder, in the order of the table, and the data of --json. The config
+    checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
+    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer."""
+    from agentic_rl.checks import agent_rules, judge_probe
+
+    checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
+    named = agent_class_to_probe(input_dir)
+    if named:  # imported in a child like the judge: it is user code too
+        checks += judge_probe.agent_class_checks(judge_probe.probe_agent_class(input_dir, named[1], judge_timeout),
+                                                 *named)
+    template, fields, template_checks = read_template(input_dir)
+    cfg, cfg_checks = read_config(input_dir, overrides)
+    rows_checks, info = data_checks(input_dir, fields, sample, template)
+    train = info.get("train.jsonl", {})
+    data: dict = {"input_dir": str(input_dir), "train_rows": train.get("rows"),
+                  "test_rows": info.get("test.jsonl", {}).get("rows"), "template_fields": fields,
+                  "defects": {name: scan["defects"] for name, scan in info.items()}, "first_prompt": None}
+    if fields is not None and template and train.get("sample"):
+        lineno, row = train["sample"][0]
+        prompt = task.render_template(template, row)
+        data["first_prompt"] = prompt[:2000]
+        shown = prompt.strip().replace("\n", "\\n")
+        shown = shown if len(shown) <= PROMPT_SHOWN else shown[:PROMPT_SHOWN] + "..."
+        template_checks.append(Check("task.goal", "ok", f"first prompt (train.jsonl:{lineno}): {shown}",
+                                     where="task.goal"))
+    checks += template_checks + rows_checks
+    tools = agent_rules.probe_tools(input_dir, judge_timeout) if (input_dir / "tools.py").is_file() else None
+    if tools is not None:  # imported in a child like the judge
+        checks += agent_rules.tools_checks(tools)
+        data["tools"] = tools.get("schemas")
+    script: dict = {}
+    if oracle is not None:
+        script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir))
+        checks += oracle_found
+    if (input_dir / "judge.py").is_file():
+        samples = [(f"train.jsonl:{n}", _with_oracle(row, script)) for n, row in train.get("sample", [])]
+        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
+        checks += judge_probe.judge_checks(judge, debug=debug)
+        data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+        if cfg is not None:
+            data["judge"]["per_step"] = projected = judge_step_time(judge, cfg)
+            checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
+    checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
+               + model_path_check(input_dir, cfg))
+    agent = _agent_or_none(input_dir)
+    why = agent_rules.multi_call(input_dir, agent) if agent else None
+    if why and cfg is not None:
+        checks += agent_rules.model_checks(cfg, agent, why)
+    data["multi_call"] = why
+    return checks, data
+
+
+def _row_ids(input_dir: Path) -> set[str]:
+    """Every row id of train.jsonl and test.jsonl as text (an extra pass, only for --oracle)."""
+    return {str(row["id"]) for name in ("train.jsonl", "test.jsonl") if (input_dir / name).is_file()
+            for _, row, _ in iter_jsonl(input_dir / name) if isinstance(row, dict) and "id" in row}
+
+
+def _agent_or_none(input_dir: Path) -> dict | None:
+    try:
+        return task.load_agent_config(input_dir) if task.agent_config_path(input_dir) else None
+    except UserError:
+        return None  # agent_checks() reported it
+
+
+def _with_oracle(row: dict, script: dict) -> dict:
+    """A sampled row with its --oracle answer (the last content turn of its line), for the judge probe."""
+    from agentic_rl import oracle_turns
+    from agentic_rl.checks import judge_probe
+
+    answer = oracle_turns.final_answer(script[str(row.get("id"))]) if str(row.get("id")) in script else None
+    return {**row, judge_probe.ORACLE_KEY: answer} if answer is not None else row

@@ -1,0 +1,6 @@
+"""CPU training's stand-ins inside VERL's trainer (start_training.sh --cpu-steps): stand_ins (what a CPU
+cannot run, each naming the VERL line it replaces), rollout_server (vLLM's place), batch_engine (its
+batching decoder) and forced_turns (an --oracle file's turns played as the model's own tokens).
+
+Imports edge and the root only.
+"""

@@ -1,0 +1,140 @@
+"""export_model.py --compare: score a base and a trained model server on test.jsonl, side by side.
+
+Each endpoint gets one CPU rehearsal (`python -m agentic_rl.launch.training_job --rehearse --model-endpoint
+URL`, sample 0): the real gateway, controller and agents run every test row once through the task's
+agent and judge, exactly as validation does in training. Their reports land in O/compare/base and
+O/compare/trained (rehearsal.json, training.log). The gateway asks every server for the model named
+`expected_model_name` (agent.json's model_name, resolved like check_model.py), so both servers must
+serve under that name (vLLM: --served-model-name).
+
+    >>> ROLES
+    ('base', 'trained')
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from agentic_rl import cli, files, task
+from agentic_rl.checks import model_files
+from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.edge import procs
+from agentic_rl.runs import run_dir
+
+ROLES = ("base", "trained")
+COMPARE_DIR = run_dir.COMPARE_DIR
+
+
+def agl_python() -> str:
+    """A Python with agentlightning (the rehearsal's gateway and controller): this one, else the bundle's .venv."""
+    if importlib.util.find_spec("agentlightning") is not None:
+        return sys.executable
+    venv = cli.BUNDLE_DIR / ".venv" / "bin" / "python"
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('agentlightning') else 1)"
+    if venv.exists() and subprocess.run([str(venv), "-c", probe], stdin=subprocess.DEVNULL, capture_output=True,
+                                        timeout=60).returncode == 0:
+        return str(venv)
+    raise UserError(f"the rehearsal needs agentlightning==1.0.2, which {sys.executable} cannot import",
+                    "make install (the bundle's .venv has it)", EXIT_ENV)
+
+
+def expected_model_name(input_dir: Path) -> str:
+    """The model name the gateway puts in every request (job_config.resolve_model's answer)."""
+    name = task.load_agent_config(input_dir)["model_name"]
+    found = model_files.resolve_model(name)
+    return str(found) if found else name
+
+
+MODELS_MAX_BYTES = 4 << 20  # a /models answer is a few KB; a server that sends more is not an OpenAI one
+
+
+def served_models(url: str, timeout: float = 5.0) -> list[str] | None:
+    """The ids GET URL/models lists (None when the server does not answer that), or exit 3 when
+    unreachable. An answer that is not an OpenAI model list ({"data": [{"id": ...}]}) is exit 1: a
+    server that answers /models wrongly would answer the rehearsal wrongly too."""
+    models = url.rstrip("/") + "/models"
+    try:
+        with urllib.request.urlopen(models, timeout=timeout) as resp:
+            raw = resp.read(MODELS_MAX_BYTES + 1)
+    except urllib.error.HTTPError:
+        return None  # it answers, just not /models (e.g. a bare chat/completions server)
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"model endpoint {url} is not reachable: {getattr(exc, 'reason', exc)}",
+                        "start the server first (e.g. vllm serve MODEL --served-model-name NAME) and pass its /v1 URL",
+                        EXIT_ENV) from None
+    hint = ("pass the OpenAI-compatible /v1 URL of the server (vLLM: http://HOST:PORT/v1), whose /models answers "
+            '{"object": "list", "data": [{"id": NAME}, ...]}')
+    if len(raw) > MODELS_MAX_BYTES:
+        raise UserError(f"{models} answered more than {MODELS_MAX_BYTES >> 20} MiB: not an OpenAI model list",
+                        hint, EXIT_FAIL)
+    try:
+        body = files.parse_json_strict(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{models} answered bytes that are not UTF-8: not an OpenAI model list", hint,
+                        EXIT_FAIL) from None
+    except files.JSONProblem as exc:
+        raise UserError(f"{models} answered {exc.message}: not an OpenAI model list", hint, EXIT_FAIL) from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        shown = f"a JSON {type(body).__name__}"
+    elif not isinstance(data, list):
+        shown = 'an object without a "data" list' if data is None else f'"data" as a JSON {type(data).__name__}'
+    elif not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        shown = 'a "data" entry without a string "id"'
+    else:
+        shown = None
+    if shown:
+        raise UserError(f"{models} answered {shown}, not an OpenAI model list", hint, EXIT_FAIL)
+    return [m["id"] for m in data] or None
+
+
+def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
+    """One rehearsal against url; its test split as {rows, mean_reward, failed, exit_code, status}."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / run_dir.REHEARSAL_FILE).unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != run_dir.RUN_ID_ENV}  # a run id of its own
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
+               PYTHONSAFEPATH="1")
+    cmd = [python, "-m", "agentic_rl.launch.training_job", "--input-dir", str(input_dir), "--output-dir", str(out),
+           "--rehearse", "--model-endpoint", url]
+    with open(out / run_dir.LOG_FILE, "ab") as log:
+        # Its own group, stopped with export_model.py: the job's SIGTERM clean-up stops its gateway and agents.
+        code = procs.run_in_own_group(cmd, stop_timeout=60.0, stdout=log, stderr=subprocess.STDOUT, env=env)
+    st = run_dir.read_status(out) or {}
+    try:
+        rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"the rehearsal against {url} ended {st.get('status')} without a report: {st.get('reason')}",
+                        f"see {out / run_dir.LOG_FILE}", EXIT_FAIL) from None
+    test = (rep.get("splits") or {}).get("test") or {}
+    return {"endpoint": url, "rows": test.get("rollouts", 0), "mean_reward": test.get("mean_reward"),
+            "failed": test.get("failed", 0), "exit_code": code, "status": st.get("status"), "report": str(out)}
+
+
+def compare(output_dir: Path, input_dir: Path, endpoints: list[str]) -> dict:
+    if len(endpoints) != 2:
+        raise UserError(f"--compare needs two --model-endpoint URLs (base, then trained), got {len(endpoints)}",
+                        "e.g. --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1",
+                        EXIT_USAGE)
+    if not (input_dir / "test.jsonl").is_file():
+        raise UserError(f"{input_dir / 'test.jsonl'} not found", "pass the task folder with --input-dir", EXIT_ENV)
+    name = expected_model_name(input_dir)
+    for url in endpoints:
+        ids = served_models(url)
+        if ids is not None and name not in ids:
+            raise UserError(f"{url} serves {ids}, but the gateway asks for {name!r}",
+                            f"restart that server with --served-model-name {name}", EXIT_FAIL)
+    python = agl_python()
+    results = {role: score(python, input_dir, output_dir / COMPARE_DIR / role, url)
+               for role, url in zip(ROLES, endpoints, strict=True)}
+    base, trained = results["base"]["mean_reward"], results["trained"]["mean_reward"]
+    delta = round(trained - base, 6) if isinstance(base, (int, float)) and isinstance(trained, (int, float)) else None
+    return {"model_name": name, "input_dir": str(input_dir), "results": results, "delta": delta,
+            "ok": all(r["failed"] == 0 and r["rows"] > 0 for r in results.values())}

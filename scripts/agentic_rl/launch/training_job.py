@@ -1,0 +1,577 @@
+#!/usr/bin/env python3
+"""Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
+
+Usage: python -m agentic_rl.launch.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
+               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
+               [-- HYDRA.OVERRIDES ...]
+
+The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
+foreground by hand too (it then takes O/training.lock and writes training.status itself):
+
+    $ PYTHONPATH=scripts python -m agentic_rl.launch.training_job --input-dir assets/example --output-dir /tmp/out --rehearse
+    [main] run run-20250101-120000-ab12cd: rehearse mode, 0 train / 32 test rows
+    [main] gateway http://127.0.0.1:40123 (pid 4242), controller pid 4243 (4 agents, poll 0.5 s)
+    [main] rehearsal: 32 rollouts, mean reward 1.0, 0 failed -> O/rehearsal.json
+    [main] completed
+
+Preflight checks config.json merged with the `--` overrides; in train mode, once the trainer
+imports, it checks that VERL's placement groups can ever be placed (placement.py), since VERL
+would wait for them for ever. run_ppo runs in a helper thread (in_helper_thread says why).
+
+Rollout samples go to O/samples (samples.py): the rehearsal writes them from the events it
+fetched; in training a thread here follows the gateway's finished rollouts beside run_ppo.
+
+Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
+reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
+the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID and ARL_OUTPUT_DIR=O
+(a --run-id that a live process of another folder carries is refused at the start); training.pid is
+removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
+or replaced, the run stops and writes nothing more there. On a full disk it gives back the
+launch's reserve to record its end, naming the folder and its free space.
+Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agentic_rl import cli, files, oracle_turns, task
+from agentic_rl.cli import UserError
+from agentic_rl.edge import agl, procs
+from agentic_rl.launch import job_config, rehearsal
+from agentic_rl.runs import failures, learning_signal, run_dir, samples
+
+Failure = job_config.Failure
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT (stop), or SIGUSR1 from the watchdog when a service died."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def log(message: str) -> None:
+    try:
+        print(f"[main] {message}", flush=True)
+    except OSError:  # training.log on a full disk: the status record, written from the reserve, says why
+        pass
+
+
+def hold_lock(output_dir: Path) -> bool:
+    """Keep O/training.lock for our whole life. True when the launcher handed it over (ARL_LOCK_FD)."""
+    lock_path = output_dir / run_dir.LOCK_FILE
+    handed = os.environ.pop(run_dir.LOCK_FD_ENV, "")
+    if handed.isdigit():
+        fd = int(handed)
+        try:
+            held = os.fstat(fd)
+        except OSError:
+            held = None
+        if held is not None:
+            try:
+                same = os.path.samestat(held, os.stat(lock_path))
+            except OSError:
+                same = False
+            if not same:  # the folder the launcher locked is gone: never take the lock of its successor
+                raise UserError(f"{output_dir} was deleted or replaced between the launch and the job's start",
+                                "start the run again", cli.EXIT_CONFLICT)
+            os.set_inheritable(fd, False)  # the services and agents must not hold it past us
+            run_dir.claim(output_dir, fd)
+            return True
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        st = run_dir.read_status(output_dir) or {}
+        raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
+                        "stop it with stop_training.py, or use another --output-dir", cli.EXIT_CONFLICT) from None
+    run_dir.claim(output_dir, fd)
+    return False
+
+
+def wait_for_launch_record() -> None:
+    """Block until the launcher has written our launch record: it closes its end of this pipe after."""
+    handed = os.environ.pop(run_dir.LAUNCH_FD_ENV, "")
+    if handed.isdigit():
+        fd = int(handed)
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
+    """Started by the launcher: its record is there. By hand: write our own launch record. Then add fields."""
+    if not handed_over or (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
+        run_dir.record_launch(output_dir, pid=os.getpid(), **procs.process_start(os.getpid()),
+                              run_id=fields["run_id"], input_dir=Path(fields["input_dir"]),
+                              config_file=fields["config_file"], mode=fields["mode"], gpus=fields["gpus"])
+    run_dir.update_status(output_dir, **fields)
+
+
+class Run:
+    def __init__(self, args, overrides: list[str]):
+        self.args, self.overrides = args, overrides
+        self.input_dir = task.resolve_input_dir(args.input_dir)
+        self.output_dir = run_dir.resolve_output_dir(args.output_dir, self.input_dir)
+        self.run_id = args.run_id or os.environ.get(run_dir.RUN_ID_ENV) or run_dir.new_run_id()
+        os.environ[run_dir.RUN_ID_ENV] = self.run_id  # every child, Ray's and the agents included
+        os.environ[run_dir.RUN_DIR_ENV] = str(self.output_dir)  # ... and its folder: found even without a record
+        self.mode = "rehearse" if args.rehearse else "train"
+        self.cpu_steps = args.cpu_steps  # CPU training: N real steps with the stand-ins (cpu_mode.py)
+        self.gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
+        if args.ray_address:
+            os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
+        self.joins_ray: str | None = None
+        self.key = agl.new_key()
+        self.gateway = self.controller = self.oracle = None
+        self.ray_started = False
+        self.stopping = False
+        self.service_failure: Failure | None = None
+
+    def status(self, **fields) -> None:
+        run_dir.update_status(self.output_dir, **fields)
+
+    # -- signals and the watchdog
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stopping:
+            return  # a second signal while we shut down: keep shutting down in order
+        self.stopping = True
+        raise Interrupted(signum)
+
+    def _watch(self) -> None:
+        while not self.stopping:
+            gone = run_dir.folder_problem(self.output_dir)
+            if gone:  # stop before the trainer or a sample lands in a folder that is not ours any more
+                self.service_failure = Failure("output_dir", f"{gone}: the run stopped and wrote nothing more there")
+                procs.signal_self(signal.SIGUSR1)
+                return
+            if run_dir.reserve_spent(self.output_dir):  # the disk is full: nothing more can be saved
+                self.service_failure = Failure("disk", run_dir.DISK_FILLED)
+                procs.signal_self(signal.SIGUSR1)
+                return
+            for svc in (self.gateway, self.controller):
+                if svc is not None and svc.proc.poll() is not None and not self.stopping:
+                    self.service_failure = Failure(svc.name, svc.exited_message()[:400])
+                    procs.signal_self(signal.SIGUSR1)
+                    return
+            time.sleep(0.5)
+
+    # -- the phases
+
+    def _rearm(self, _exc: BaseException) -> None:
+        self.stopping = False  # the Interrupted was dropped: nothing is shutting down yet
+
+    def arm_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+        procs.redeliver_if_swallowed(Interrupted, self._rearm)
+
+    def execute(self) -> int:
+        self.arm_signals()
+        sys.stdout = agl.RedactingStream(sys.stdout, self.key)
+        sys.stderr = agl.RedactingStream(sys.stderr, self.key)
+        outcome: BaseException | None = None
+        try:
+            self.prepare_and_run()
+        except BaseException as exc:
+            self.stopping = True  # first: from here on a signal no longer raises, shutdown runs in order
+            outcome = exc
+        self.stopping = True
+        code, final = self.outcome(outcome)
+        leftovers, by_node = self.shutdown()
+        gone = run_dir.folder_problem(self.output_dir)
+        if not gone:
+            run_dir.release_reserve(self.output_dir)  # the run ends: its reserve makes room for the last record
+        if final["status"] == "failed":
+            log(f"failed ({final['failed_component']}): {final['reason']}")
+        else:
+            log(final["status"])
+        if gone:
+            log(f"{gone}: its end is not recorded there (that folder is not this run's)")
+            return code
+        try:
+            extra = {} if by_node is None else {"leftovers_by_node": by_node}
+            self.status(**final, exit_code=code, end_time=run_dir.now_iso(), leftovers=leftovers, **extra)
+        except (OSError, run_dir.FolderReplaced) as exc:
+            log(f"could not record the end in {run_dir.STATUS_FILE}: {exc}")
+            return code
+        run_dir.release_pid_file(self.output_dir, os.getpid())
+        return code
+
+    def outcome(self, exc: BaseException | None) -> tuple[int, dict]:
+        """(exit code, final status fields) for how the run ended."""
+        if exc is None and not run_dir.folder_problem(self.output_dir) and run_dir.reserve_spent(self.output_dir):
+            exc = Failure("disk", run_dir.DISK_FILLED)  # it filled up near the end, before the watchdog looked
+        if exc is None:
+            return 0, {"status": "completed"}
+        if isinstance(exc, Interrupted) and not (exc.signum == signal.SIGUSR1 and self.service_failure):
+            return 128 + exc.signum, {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
+        if isinstance(exc, Interrupted):
+            exc = self.service_failure
+        if isinstance(exc, run_dir.FolderReplaced):
+            exc = Failure("output_dir", f"{exc}: the run stopped and wrote nothing more there")
+        if isinstance(exc, UserError):
+            cli.print_error(exc.message, exc.hint)
+            exc = Failure("preflight", exc.message, exc.code)
+        disk_full = run_dir.is_disk_full(exc)
+        if not isinstance(exc, Failure):
+            import traceback
+
+            try:
+                traceback.print_exception(exc)
+            except OSError:  # the log is on the full disk too
+                pass
+            component = "disk" if disk_full else "trainer" if self.mode == "train" else "rehearsal"
+            exc = Failure(component, failures.classify_failure(
+                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"))
+        final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
+        if disk_full or self.disk_full_now(exc.reason):
+            message, hint = run_dir.disk_full_message(self.output_dir)
+            final.update(reason=f"{message}: {exc.reason}"[:600], hint=hint)
+        return exc.code, final
+
+    def disk_full_now(self, reason: str) -> bool:
+        """A failure on a full disk (a rollout that could not write, a checkpoint that could not be saved)
+        names the disk as its cause: the reason says ENOSPC, or O's filesystem has no room left."""
+        if "No space left on device" in reason or "Disk quota exceeded" in reason:
+            return True
+        free = run_dir.free_bytes(self.output_dir)
+        return free is not None and free < run_dir.RESERVE_BYTES
+
+    def start_services(self, plan) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("agentlightning") is None:
+            raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", cli.EXIT_ENV)
+        env = agl.service_env(self.run_id, self.key, plan.agent_env)
+        for name in ("gateway", "controller"):
+            try:
+                if name == "gateway":
+                    host = self.args.gateway_host or agl.HOST
+                    self.gateway = agl.start_gateway(self.output_dir / run_dir.LOGS_DIR, plan.model, env, host=host,
+                                                     advertise=self.args.gateway_advertise or host)
+                else:
+                    self.controller = agl.start_controller(self.output_dir / run_dir.LOGS_DIR, self.gateway, plan.tuning,
+                                                                env)
+            except UserError as exc:
+                raise Failure(name, exc.message) from None
+
+    def prepare_and_run(self) -> None:
+        from agentic_rl.checks import task_checks
+
+        checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None, self.overrides)
+        failed = [c for c in checks if c.status == "fail"]
+        for c in checks:
+            if c.status == "warn" and c.where == task_checks.MODEL_PATH_KEY:
+                cli.print_warning(c.message)
+        for c in failed:
+            cli.print_error(f"{c.where + ': ' if c.where else ''}{c.message}", c.hint)
+        if failed:
+            c = failed[0]
+            raise Failure("preflight", f"{c.where + ': ' if c.where else ''}{c.message}")
+        train_rows, test_rows = job_config.load_rows(self.input_dir)
+        plan = job_config.build(self, train_rows, test_rows)
+        cfg = plan.cfg
+        self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
+        log(f"run {self.run_id}: {self.mode} mode{' on CPU' if self.cpu_steps else ''}, {len(train_rows)} train / "
+            f"{len(test_rows)} test rows, model {plan.model}")
+        if self.cpu_steps:
+            from agentic_rl.launch import cpu_mode
+
+            log(f"CPU training, {self.cpu_steps} steps; changed for the CPU:\n"
+                f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
+        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
+        if self.mode == "train":
+            self.check_placement(cfg, plan)
+        self.start_services(plan)
+        cfg.agentlightning.agl_base_url = self.gateway.url
+        job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
+        cfg.agentlightning.agl_key = self.key
+        self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
+                    controller_tuning=plan.tuning)
+        log(f"gateway {self.gateway.url} (pid {self.gateway.proc.pid}), controller pid {self.controller.proc.pid} "
+            f"({plan.tuning['maximum_size']} agents, poll {plan.tuning['poll_interval']} s)")
+        if self.mode == "rehearse":
+            self.rehearse(cfg, plan, train_rows, test_rows)
+        else:
+            self.train(run_ppo, cfg, plan, train_rows, test_rows)
+
+    def rehearse(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+        started = time.monotonic()
+        sample = train_rows[: max(0, self.args.sample)]
+        endpoint = self.args.model_endpoint
+        if not endpoint:
+            template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
+            script = oracle_turns.load(self.args.oracle) if self.args.oracle else None
+            answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides(), script)
+            self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
+            endpoint = self.oracle.url
+        planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
+                                 plan.tuning["maximum_size"], self.args.model_endpoint,
+                                 calls_per_rollout=rehearsal.calls_per_rollout(task.load_agent_config(self.input_dir)))
+        log(planned["text"])
+        watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir,
+                                       planned=planned["rollouts"])
+        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint}
+        manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
+        writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
+        try:
+            out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, plan.wrap, writer)
+        except OSError as exc:
+            if run_dir.is_disk_full(exc):
+                raise Failure("disk", f"writing the rehearsal's samples failed: {exc}") from None
+            raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
+        except rehearsal.TooManyFailures as stop:
+            self.write_stopped_report(watch.stopped_report({**extra, "wall_s": round(time.monotonic() - started, 3)}))
+            raise Failure(self.failure_component(stop.record), f"stopped after {stop.record['in_a_row']} rollouts "
+                          f"failed in a row: {stop.record['message']}"[:400]) from None
+        extra["wall_s"] = round(time.monotonic() - started, 3)
+        rehearsal.add_agent_errors(out["results"], self.controller.log_path)
+        rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra,
+                               planned["rollouts"])
+        rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
+                                                         self.oracle is not None)
+        run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
+        try:
+            if self.args.write_filtered and rep["learning_signal"]["measured"]:
+                rep["learning_signal"]["filtered"] = learning_signal.write_filtered(
+                    self.input_dir / "train.jsonl", self.output_dir / run_dir.FILTERED_TRAIN_FILE,
+                    rep["learning_signal"], train_rows)
+            rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
+        except OSError as exc:
+            if run_dir.is_disk_full(exc):
+                raise Failure("disk", f"writing {run_dir.REHEARSAL_FILE} failed: {exc}") from None
+            raise
+        tools = f", {rep['tool_calls']} tool calls ({rep['tool_errors']} failed)" if rep["tool_calls"] else ""
+        log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
+            f"{rep['judge_errors']} judge errors{tools} -> {self.output_dir / run_dir.REHEARSAL_FILE}")
+        log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
+        problem = rehearsal.verdict(rep, scripted=bool(self.args.oracle))  # a failed rollout, no reward, a tool bug
+        if problem:
+            raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
+
+    def write_stopped_report(self, rep: dict) -> None:
+        """A rehearsal stopped by its failures still leaves its own rehearsal.json (best effort: the failure
+        itself is what the run records)."""
+        try:
+            run_dir.check_claim(self.output_dir)
+            files.atomic_write_json(self.output_dir / run_dir.REHEARSAL_FILE, rep)
+        except (OSError, run_dir.FolderReplaced) as exc:
+            log(f"could not write {run_dir.REHEARSAL_FILE}: {exc}")
+
+    def failure_component(self, record: dict) -> str:
+        """'model endpoint' when the first failed rollout's model call failed, else 'agent'."""
+        return "model endpoint" if (record.get("first") or {}).get("model_endpoint") else "agent"
+
+    @staticmethod
+    def check_placement(cfg, plan) -> None:
+        """VERL waits for ever on a placement group that cannot be placed: refuse it here, exit 1 with a hint."""
+        from agentic_rl.checks import placement
+        from agentic_rl.edge import verl_config
+
+        placement.check(lambda key, default=None: verl_config.get_value(cfg, key, default), plan.joins_ray)
+
+    @staticmethod
+    def import_trainer():
+        try:
+            return agl.trainer_entrypoint()
+        except ImportError as exc:
+            raise Failure("trainer", f"the trainer cannot be imported: {exc} (install the GPU stack on a GPU "
+                                     "machine: make install-train)", cli.EXIT_ENV) from None
+
+    def train(self, run_ppo, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+        self.ray_started = not plan.joins_ray
+        self.joins_ray = plan.joins_ray
+        self.status(ray_started_by_run=self.ray_started, ray_address=plan.joins_ray,
+                    **({"ray_python": sys.executable} if plan.joins_ray else {}))
+        collector = self.sample_collector(cfg, plan)
+        try:
+            in_helper_thread(run_ppo, cfg, plan.wrap(train_rows), plan.wrap(test_rows))
+        except Exception as exc:
+            text = f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"
+            reason, late = failures.classify_failure(text), failures.late_config_error(text)
+            if late:  # name the component and the config key behind it, as the preflight would
+                raise Failure(late[0], f"{late[1]}: {reason} ({late[2]})"[:500]) from None
+            raise Failure("trainer", reason) from None
+        finally:
+            collector.stop()  # reads the last rollouts while the gateway is still up
+        if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
+            raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
+                                     "total_training_steps already done?)")
+
+    def sample_collector(self, cfg, plan) -> samples.Collector:
+        """Training's samples: a thread here follows the gateway's finished rollouts (samples.Collector),
+        outside the agents and the trainer, so neither waits for it."""
+        per_step = int(cfg.data.get("gen_batch_size") or cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+        writer = samples.Writer(self.output_dir, self.run_id, per_step)
+        step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
+        return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
+
+    def shutdown(self) -> tuple[list[int], dict | None]:
+        agl.stop_service(self.controller, agl.CONTROLLER_STOP_S)
+        by_node = None
+        if self.ray_started or self.joins_ray:
+            from agentic_rl.edge import ray_cluster
+
+            # Our own Ray stops; a joined cluster only loses this driver, and Ray ends its actors with it.
+            problem = ray_cluster.shutdown_local()  # never a host-wide `ray stop`
+            if problem:
+                log(f"ray.shutdown failed: {problem}")
+            if self.joins_ray:
+                by_node = self.sweep_cluster()
+        agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
+        if self.oracle is not None:
+            self.oracle.stop()
+        # Only what this job started: its run id AND its folder (a --run-id can name another folder's run).
+        left = procs.kill_run(self.run_id, self.output_dir, exclude_pids=[os.getpid()])
+        if left:
+            log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
+        return left, by_node
+
+    def sweep_cluster(self) -> dict | None:
+        """Every node of the joined cluster stops what still carries this run's id (Ray actors that survived
+        the driver, their children); {node: [pids left]}, logged per node."""
+        from agentic_rl.edge import ray_cluster
+
+        try:
+            by_node = ray_cluster.sweep_run(self.joins_ray, self.run_id, self.output_dir, [os.getpid()])
+        except UserError as exc:
+            log(f"could not sweep the Ray cluster's nodes: {exc.message}")
+            return {"error": exc.message}
+        for node, left in by_node.items():
+            log(f"node {node}: {'nothing of the run left' if left == [] else f'left: {left}'}")
+        return by_node
+
+
+def refuse_foreign_run_id(run_id: str, output_dir: Path) -> None:
+    """A run id that a live process of another folder carries is that folder's run: this job would share
+    its identity (and its clean-up would find that run's processes). Refuse it before anything starts."""
+    others = procs.other_folders(run_id, output_dir, [os.getpid(), os.getppid()])
+    if others:
+        folders = sorted({str(f) for f in others.values()})
+        raise UserError(f"run id {run_id} belongs to a live run of another folder ({', '.join(folders)}: pids "
+                        f"{sorted(others)}); {output_dir} cannot take it",
+                        "leave out --run-id (and EVO_RUN_ID): a new run gets a new id", cli.EXIT_CONFLICT)
+
+
+def in_helper_thread(fn, *args) -> None:
+    """fn(*args) in a helper thread while the main thread waits, and its exception raised here.
+
+    run_ppo calls ray.init, which from the main thread replaces our SIGTERM handler with its own
+    sys.exit; a stop that then lands inside ray.get makes ray.shutdown abort the process (Ray 2.60),
+    so the gateway and the run's other processes were left behind. From another thread ray.init leaves
+    the handlers alone: SIGTERM/SIGINT/SIGUSR1 reach _on_signal here and shutdown runs in order.
+    The thread never ends (it is a daemon, gone with the process): Ray starts its GCS and raylet with
+    PR_SET_PDEATHSIG, which the kernel fires when the *thread* that started them exits, and a raylet
+    killed under the driver makes Ray exit the whole job before its clean-up."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the main thread
+            failure.append(exc)
+        finally:
+            done.set()
+        threading.Event().wait()  # keep Ray's children alive until the main thread has shut Ray down
+
+    threading.Thread(target=target, name="trainer", daemon=True).start()
+    while not done.wait(0.5):
+        reclaim_signals()
+    if failure:
+        raise failure[0]
+
+
+def reclaim_signals() -> None:
+    """Put our SIGTERM/SIGINT/SIGUSR1 handlers back (main thread only). A driver that joins an existing
+    Ray cluster gets absl's failure signal handler installed over SIGTERM by Ray's core worker: a stop
+    then killed the job on the spot (`*** SIGTERM received ***`), its status left `running` and its
+    gateway alive. Re-installing the Python handler keeps a stop going through shutdown in order."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            signal.signal(sig, handler)
+
+
+def build_parser() -> cli.ArgumentParser:
+    parser = cli.ArgumentParser(
+        prog="python -m agentic_rl.launch.training_job", description="The training job start_training.sh runs in the background.",
+        epilog="example:\n  PYTHONPATH=scripts python -m agentic_rl.launch.training_job --input-dir assets/example "
+               "--output-dir /tmp/out --rehearse\n"
+               "  PYTHONPATH=scripts python -m agentic_rl.launch.training_job --input-dir D --gpus 0,1 -- trainer.total_epochs=1")
+    parser.add_argument("--input-dir", help="the task folder (default: $EVO_INPUT_DIR)")
+    parser.add_argument("--output-dir", help="run folder (default: $EVO_OUTPUT_DIR, else INPUT_DIR/../outputs)")
+    parser.add_argument("--run-id", help="this run's id (default: $EVO_RUN_ID, else a new one)")
+    parser.add_argument("--config-file", help="config JSON (default: INPUT_DIR/config.json)")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1: sets trainer.n_gpus_per_node")
+    parser.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto)")
+    parser.add_argument("--ray-address", help="join this Ray cluster (default: $RAY_ADDRESS); run_ppo gets it too")
+    parser.add_argument("--gateway-host", help="the address the gateway listens on (default 127.0.0.1)")
+    parser.add_argument("--gateway-advertise", help="the address the nodes reach it at (default: --gateway-host)")
+    parser.add_argument("--rehearse", action="store_true", help="CPU rehearsal: an oracle model, no VERL trainer")
+    parser.add_argument("--model-endpoint", metavar="URL", help="rehearse against this OpenAI-compatible /v1 URL")
+    parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
+    parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
+    parser.add_argument("--oracle", metavar="FILE", help="the oracle plays these turns per row (JSON Lines, examples.md)")
+    parser.add_argument("--write-filtered", action="store_true",
+                        help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
+    cli.add_common_flags(parser, json_flag=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, overrides = cli.split_overrides(argv)
+    parser = build_parser()
+
+    def body(args) -> int:
+        if args.gpus and not all(g.strip().isdigit() for g in args.gpus.split(",")):
+            raise UserError(f"--gpus {args.gpus!r} is not a list of GPU indices", "write e.g. --gpus 0,1",
+                            cli.EXIT_USAGE)
+        if args.model_endpoint and not args.rehearse:
+            raise UserError("--model-endpoint works only with --rehearse", "add --rehearse", cli.EXIT_USAGE)
+        if args.cpu_steps is not None and (args.cpu_steps < 1 or args.rehearse or args.gpus):
+            raise UserError("--cpu-steps needs N >= 1 and neither --rehearse nor --gpus", "e.g. --cpu-steps 2",
+                            cli.EXIT_USAGE)
+        if args.oracle and (not (args.rehearse or args.cpu_steps) or args.model_endpoint):
+            raise UserError("--oracle works only with --rehearse or --cpu-steps, and without --model-endpoint",
+                            "the oracle file is what the rehearsal's own model plays", cli.EXIT_USAGE)
+        if args.sample < 0:
+            raise UserError("--sample must be >= 0", "e.g. --sample 16", cli.EXIT_USAGE)
+        if args.write_filtered and not (args.model_endpoint and args.sample):
+            raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N",
+                            "add --model-endpoint URL --sample 64", cli.EXIT_USAGE)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
+        wait_for_launch_record()
+        run = Run(args, overrides)
+        refuse_foreign_run_id(run.run_id, run.output_dir)
+        run_dir.prepare(run.output_dir)
+        handed_over = hold_lock(run.output_dir)
+        init_status(run.output_dir, handed_over, {
+            "run_id": run.run_id, "input_dir": str(run.input_dir), "output_dir": str(run.output_dir),
+            "config_file": args.config_file, "mode": run.mode, "gpus": run.gpus, "pid": os.getpid(),
+            "pgid": os.getpgid(0)})
+        return run.execute()
+
+    # The job's stdout is training.log: kept as written (check_status escapes it when it shows it).
+    return cli.run_cli(body, parser, argv, visible_output=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The bundled tool agent (agents/tool_agent.py) and the rehearsal that plays tool calls (--oracle FILE).
+
+The rehearsals here are real: start_training.sh, the Agent Lightning gateway and controller, one agent
+process per rollout, the oracle model playing assets/tool_example/oracle.jsonl turn by turn.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Literal  # at module level: the hints below resolve against these globals
+
+import check_status
+import pytest
+from agentic_rl import oracle_turns
+from agentic_rl.agents import toolbox
+from agentic_rl.edge import procs
+from agentic_rl.launch import job_config
+from agentic_rl.runs import run_dir, samples
+from conftest import ROOT
+from launch_helpers import log_text, start, wait_done
+
+TOOL_EXAMPLE = ROOT / "assets" / "tool_example"
+ORACLE = TOOL_EXAMPLE / "oracle.jsonl"
+
+
+@pytest.fixture
+def tool_task(tmp_path) -> Path:
+    dest = tmp_path / "tool_task"
+    shutil.copytree(TOOL_EXAMPLE, dest)
+    return dest
+
+
+def rehearse(task: Path, out: Path, runs: list, *extra: str) -> tuple[dict, dict]:
+    proc = start(task, out, "--rehearse", *extra)
+    st = run_dir.read_status(out) or {}
+    if st.get("run_id"):
+        runs.append(st["run_id"])
+    assert proc.returncode == 0, proc.stderr + log_text(out)
+    st = wait_done(out)
+    deadline = time.monotonic() + 30  # the final record is written just before the job exits: wait for both
+    while (not st.get("end_time") or procs.process_state(st["pid"]) not in (None, "zombie")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+        st = run_dir.read_status(out) or {}
+    rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text()) if (out / run_dir.REHEARSAL_FILE).exists() else {}
+    return st, rep
+
+
+# --------------------------------------------------------------------------- schemas and calls
+
+
+def test_tool_example_schema_is_derived_from_the_signature_and_docstring():
+    fns, schemas, problems = toolbox.load(TOOL_EXAMPLE)
+    assert problems == [] and list(fns) == ["calculator"]
+    fn = schemas[0]["function"]
+    assert fn["name"] == "calculator" and fn["description"].startswith("Evaluate an arithmetic expression")
+    assert fn["parameters"] == {"type": "object", "required": ["expression"], "properties": {
+        "expression": {"type": "string", "description": 'the expression, e.g. "90 / (1/4)" or "30%"'}}}
+
+
+def test_describe_types_and_what_it_cannot_describe():
+    def search(query: str, k: int = 3, kinds: list[str] | None = None, mode: Literal["a", "b"] = "a") -> list:
+        """Search.
+
+        Args:
+            query: words to look for
+        """
+
+    schema, problem = toolbox.describe(search)
+    params = schema["function"]["parameters"]
+    assert problem is None and params["required"] == ["query"]
+    assert params["properties"]["kinds"] == {"type": "array", "items": {"type": "string"}}
+    assert params["properties"]["mode"] == {"enum": ["a", "b"], "type": "string"}
+
+    def nodoc(x: int) -> int:
+        return x
+
+    def nohint(x):
+        """Doc."""
+
+    def star(*args: int):
+        """Doc."""
+
+    def custom(x: Path):
+        """Doc."""
+
+    assert "no docstring" in toolbox.describe(nodoc)[1]
+    assert "x has no type hint: write e.g. `x: str`" in toolbox.describe(nohint)[1]
+    assert "variadic" in toolbox.describe(star)[1]
+    assert "has no JSON form" in toolbox.describe(custom)[1]
+
+
+@pytest.mark.parametrize("isolation", toolbox.ISOLATIONS)
+def test_a_failing_tool_gives_the_model_an_error_and_never_raises(tmp_path, isolation):
+    (tmp_path / "tools.py").write_text(
+        "import os, time\n"
+        "def boom(x: int) -> int:\n    '''Raise.'''\n    return undefined_name + x\n"
+        "def hang(x: int) -> int:\n    '''Hang.'''\n    time.sleep(60)\n"
+        "def odd(x: int) -> object:\n    '''Unserialisable.'''\n    return {1, 2}\n"
+        "def ok(x: int) -> dict:\n    '''Fine.'''\n    return {'double': 2 * x}\n")
+    fns, _, _ = toolbox.load(tmp_path)
+    started = time.monotonic()
+    text, failed = toolbox.call(fns, "hang", '{"x": 1}', timeout=1, isolation=isolation)
+    assert failed and "no result within 1 s" in text and time.monotonic() - started < 10
+    assert toolbox.call(fns, "boom", '{"x": 1}', isolation=isolation) == (
+        "error: NameError: name 'undefined_name' is not defined", True)
+    text, failed = toolbox.call(fns, "odd", {"x": 1}, isolation=isolation)
+    assert failed and "JSON cannot hold" in text
+    assert toolbox.call(fns, "ok", '{"x": 4}', isolation=isolation) == ('{"double": 8}', False)
+    assert toolbox.call(fns, "ok", '{"y": 4}', isolation=isolation)[0].startswith("error: bad arguments for ok")
+    assert toolbox.call(fns, "nope", "{}", isolation=isolation)[0].startswith("error: no tool named 'nope'")
+    assert toolbox.call(fns, "ok", "{not json", isolation=isolation)[0].startswith("error: the arguments are not valid JSON")
+
+
+def test_a_tool_that_ends_its_process_ends_only_the_child(tmp_path):
+    (tmp_path / "tools.py").write_text("import os\ndef die(x: int) -> int:\n    '''Exit.'''\n    os._exit(3)\n")
+    fns, _, _ = toolbox.load(tmp_path)
+    text, failed = toolbox.call(fns, "die", '{"x": 1}', isolation="process")
+    assert failed and "exited with code 3" in text
+
+
+def test_a_task_folder_with_tools_runs_the_tool_agent(tool_task):
+    assert job_config.agent_class_for(tool_task, {"model_name": "m"}) == job_config.TOOL_AGENT
+    assert job_config.agent_class_for(tool_task, {"model_name": "m", "agent_class": "a:B"}) == job_config.TASK_FOLDER_AGENT
+    (tool_task / "tools.py").unlink()
+    assert job_config.agent_class_for(tool_task, {"model_name": "m"}) == job_config.BUNDLED_AGENT
+
+
+# --------------------------------------------------------------------------- the oracle file
+
+
+def test_oracle_file_lines_are_checked_by_line():
+    script, problems = oracle_turns.parse_lines([
+        '{"id": "a", "turns": [{"content": "Answer: 1"}]}', "", "{oops",
+        '{"turns": []}', '{"id": "b", "turns": [{"tool_calls": [{"arguments": {}}]}]}',
+        '{"id": "a", "turns": [{"content": "again"}]}', '{"id": "c", "turns": [{"content": 3}]}'])
+    assert list(script) == ["a"]
+    assert [n for n, _ in problems] == [3, 4, 5, 6, 7]
+    assert "turns[0].tool_calls[0] needs a name" in problems[2][1] and "earlier line" in problems[3][1]
+    played = oracle_turns.message([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]},
+                                   {"content": "Answer: 5"}], 0)
+    assert played["finish_reason"] == "tool_calls"
+    assert played["message"]["tool_calls"][0]["function"] == {"name": "calculator", "arguments": '{"expression": "2+3"}'}
+
+
+def test_start_training_refuses_a_malformed_oracle_line(tool_task, tmp_path):
+    bad = tmp_path / "oracle.jsonl"
+    bad.write_text(ORACLE.read_text() + '{"id": "x", "turns": [{"tool_calls": "calculator"}]}\n')
+    proc = start(tool_task, tmp_path / "out", "--rehearse", "--oracle", str(bad))
+    assert proc.returncode == 1 and f"Error: {bad}:9: turns[0].tool_calls must be a non-empty list" in proc.stderr
+    assert "Hint: one JSON object per line" in proc.stderr and not (tmp_path / "out" / "training.status").exists()
+    proc = start(tool_task, tmp_path / "out", "--oracle", str(ORACLE))
+    assert proc.returncode == 2 and "work only with --rehearse" in proc.stderr
+
+
+# --------------------------------------------------------------------------- real rehearsals
+
+
+def test_the_tool_example_rehearses_its_real_tool_loop(tool_task, tmp_path, runs):
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs, "--oracle", str(ORACLE), "--sample", "1")
+    assert st["status"] == "completed", log_text(out)
+    assert rep["failed"] == 0 and rep["mean_reward"] == 1.0 and rep["tool_errors"] == 0
+    script = oracle_turns.load(ORACLE)
+    for row in rep["rows"]:  # every scripted tool call ran, one model call per turn
+        turns = script[row["row_id"]]
+        assert row["model_calls"] == len(turns) and row["tool_calls"] == len(turns) - 1, row
+        assert row["training_turns"] == len(turns), row
+    shown = samples.read(out)
+    longest = max(shown, key=lambda s: s["tool_calls"])
+    assert longest["turns"] == longest["model_calls"] and longest["tool_errors"] == 0
+    first = longest["trajectory"][0]
+    assert first["role"] == "assistant" and first["tool_calls"][0]["name"] == "calculator"
+    assert json.loads(first["tool_calls"][0]["arguments"]) == script[longest["row_id"]][0]["tool_calls"][0]["arguments"]
+    assert longest["trajectory"][1]["role"] == "tool" and longest["trajectory"][-1]["content"].startswith("Answer:")
+    data = check_status.run_status.collect_samples(out, check_status.build_parser().parse_args(
+        ["--output-dir", str(out), "--samples", "3"]))
+    text = check_status.render_samples(data)
+    assert "[assistant] calculator({\"expression\":" in text and "[tool] " in text and "tool calls, " in text
+    assert "[assistant] null" not in text
+
+
+def test_a_bug_in_a_tool_fails_the_scripted_rehearsal(tool_task, tmp_path, runs):
+    # The issue's planted NameError: the oracle's tool calls are right, so any failed tool call is a bug.
+    path = tool_task / "tools.py"
+    path.write_text(path.read_text().replace("value = _eval(", "value = _evaluate("))
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs, "--oracle", str(ORACLE))
+    assert st["status"] == "failed" and st["failed_component"] == "agent", st
+    assert "had failed tool calls" in st["reason"] and "NameError: name '_evaluate' is not defined" in st["reason"]
+    assert rep["tool_errors"] == rep["tool_calls"] > 0
+
+
+def test_a_bug_in_a_custom_agents_tool_branch_fails_the_scripted_rehearsal(tool_task, tmp_path, runs):
+    (tool_task / "my_agent.py").write_text(
+        "from agentic_rl.agents import kit\n\n"
+        "class Agent:\n"
+        "    def run(self):\n        kit.main(self.solve)\n\n"
+        "    def solve(self, r):\n"
+        "        messages = r.messages()\n"
+        "        reply = r.chat(messages)\n"
+        "        if reply.get('tool_calls'):\n"
+        "            return str(calculate(reply))  # the planted bug: no such function\n"
+        "        return reply.get('content') or ''\n")
+    agent = json.loads((tool_task / "agent.json").read_text())
+    (tool_task / "agent.json").write_text(json.dumps({**agent, "agent_class": "my_agent:Agent"}))
+    out = tmp_path / "out"
+    st, _ = rehearse(tool_task, out, runs)  # without --oracle: ground truth at once, the tool branch never runs
+    assert st["status"] == "completed", log_text(out)
+    out2 = tmp_path / "out2"
+    st, rep = rehearse(tool_task, out2, runs, "--oracle", str(ORACLE))
+    assert st["status"] == "failed" and st["failed_component"] == "agent", st
+    assert "NameError: name 'calculate' is not defined" in st["reason"]
+
+
+def test_the_custom_agent_of_examples_md_rehearses_its_tool_loop(tool_task, tmp_path, runs):
+    """examples.md's "A custom agent", as printed there, through the real gateway with the oracle's tool calls."""
+    text = (ROOT / "examples.md").read_text()
+    code = text.split('"""my_agent.py: a calculator agent of your own."""', 1)[1].split("```", 1)[0]
+    (tool_task / "my_agent.py").write_text('"""my_agent.py."""' + code)
+    agent = json.loads((tool_task / "agent.json").read_text())
+    (tool_task / "agent.json").write_text(json.dumps({**agent, "agent_class": "my_agent:CalcAgent"}))
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs, "--oracle", str(ORACLE))
+    assert st["status"] == "completed", st.get("reason")
+    assert rep["mean_reward"] == 1.0 and rep["tool_calls"] == sum(r["tool_calls"] for r in rep["rows"]) > 0
+    # agent.json's agent_class wins over tools.py (which it imports itself)
+    assert "agent_class: agentic_rl.agents.template:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()

@@ -1,0 +1,163 @@
+"""A tool agent trained through the real loop on CPU: `start_training.sh --cpu-steps 2 --oracle FILE`.
+
+assets/tool_example (the calculator tool, the bundled tool agent) cut to 4 train rows, the tiny
+Qwen2 (tools/make_tiny_model.py: its chat template renders tools, tool calls and tool results as
+Qwen2.5's does), and an oracle file giving each train row two calculator calls, then the answer.
+The CPU rollout server forces those turns as the model's own tokens with the model's real
+logprobs (edge/cpu/forced_turns.py); the agent runs the real tool; Agent Lightning merges each rollout's
+three model calls into one trajectory; VERL trains on it. One run is shared by the module.
+
+What the trainer trained on is read from inside its Ray worker (tests/batch_probe/sitecustomize.py:
+every batch Agent Lightning hands it, with its response_mask), so the tests check the merge and the
+masking on the real batch: each rollout one row, the forced assistant tokens in the loss (mask 1),
+the tool results' tokens (and the template's text around them) out of it (mask 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, copy_example
+
+TOOL_EXAMPLE = ROOT / "assets" / "tool_example"
+PROBE_DIR = Path(__file__).resolve().parents[1] / "batch_probe"
+TRAIN_ROWS, TEST_ROWS, STEPS = 4, 2, 2
+# Per row: two calculator calls whose results' digits appear nowhere else in the rollout, then the answer.
+CALLS = [("8 * 9", "72"), ("6 - 5", "1"), ("3 * 11", "33"), ("2 * 2", "4")]
+
+
+def oracle_turns(k: int) -> list[dict]:
+    first, second = CALLS[k % len(CALLS)], CALLS[(k + 1) % len(CALLS)]
+    return [{"tool_calls": [{"name": "calculator", "arguments": {"expression": first[0]}}]},
+            {"tool_calls": [{"name": "calculator", "arguments": {"expression": second[0]}}]},
+            {"content": f"Answer: {second[1]}"}]
+
+
+def make_tool_task(root: Path) -> Path:
+    task = copy_example(root, TRAIN_ROWS, TEST_ROWS, source=TOOL_EXAMPLE)
+    agent = json.loads((task / "agent.json").read_text())
+    (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 64}))
+    cfg = json.loads((task / "config.json").read_text())
+    cfg["data"].update(max_prompt_length=512, dataloader_num_workers=0)
+    cfg["trainer"].update(save_freq=-1, test_freq=-1, val_before_train=False)
+    cfg["agentlightning"]["trace_aggregator"].update(trajectory_max_prompt_length=512,
+                                                     trajectory_max_response_length=256)
+    (task / "config.json").write_text(json.dumps(cfg, indent=1))
+    return task
+
+
+def write_oracle(path: Path) -> dict[str, list[dict]]:
+    """Two calculator calls, then the answer, for each train row the run uses."""
+    rows = [json.loads(line) for line in (TOOL_EXAMPLE / "train.jsonl").read_text().splitlines()[:TRAIN_ROWS]]
+    script = {r["id"]: oracle_turns(k) for k, r in enumerate(rows)}
+    path.write_text("".join(json.dumps({"id": rid, "turns": turns}) + "\n" for rid, turns in script.items()))
+    return script
+
+
+def vocab(model: Path) -> dict[int, str]:
+    return {i: t for t, i in json.loads((model / "tokenizer.json").read_text())["model"]["vocab"].items()}
+
+
+@pytest.fixture(scope="module")
+def tool_run(verl_venv):
+    from cpu_run import new_run
+
+    saved = {k: os.environ.pop(k) for k in ("PYTHON", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "EVO_RUN_ID")
+             if k in os.environ}
+    probe = Path(tempfile.mkdtemp(prefix="arl-probe-"))
+    dump = probe / "batches.jsonl"
+    script = write_oracle(probe / "oracle.jsonl")
+    path = os.pathsep.join(p for p in (str(PROBE_DIR), os.environ.get("PYTHONPATH")) if p)
+    run = new_run(STEPS, make=make_tool_task, extra=("--oracle", str(probe / "oracle.jsonl")),
+                  env={"PYTHONPATH": path, "ARL_TEST_BATCH_DUMP": str(dump)})
+    run.script_turns = script
+    run.batches = [json.loads(line) for line in dump.read_text().splitlines()] if dump.exists() else []
+    run.vocab = vocab(run.model)
+    yield run
+    os.environ.update(saved)
+    left = run.cleanup()
+    shutil.rmtree(probe, ignore_errors=True)
+    assert not any(left.values()), f"processes left behind: {left}"
+
+
+def text(run, ids: list[int]) -> str:
+    """The tiny tokenizer's tokens joined (its vocabulary: digits, operators, a few words, the specials)."""
+    return "".join(run.vocab.get(i, "?") for i in ids)
+
+
+def runs_of(mask: list[int]) -> list[tuple[int, int, int]]:
+    """[(value, start, end)] of the mask's runs."""
+    out: list[tuple[int, int, int]] = []
+    for i, v in enumerate(mask):
+        if out and out[-1][0] == v:
+            out[-1] = (v, out[-1][1], i + 1)
+        else:
+            out.append((v, i, i + 1))
+    return out
+
+
+@pytest.mark.slow
+def test_the_run_completes_with_every_rollout_merged_into_one_training_row(tool_run):
+    st = tool_run.status
+    assert st["status"] == "completed" and st["exit_code"] == 0, st
+    changed = {c["key"]: c["to"] for c in st["cpu"]["changed"]}
+    assert changed["actor_rollout_ref.rollout.custom.cpu_oracle"].endswith("cpu_oracle.json")
+    history = tool_run.metrics()
+    assert [h["step"] for h in history] == [1, 2]
+    for h in history:
+        d = h["data"]
+        assert d["training/n_trace_merge_mismatch_rows"] == 0 and d["training/n_unmerged_rollouts"] == 0, d
+        assert d["training/n_sample"] == d["training/n_rollouts"] == 4, d  # 2 rows x n 2: one row each
+        assert d["training/n_turns"] == 4 * 3, d  # two tool calls and the answer per rollout
+        assert math.isfinite(d["actor/pg_loss"]) and math.isfinite(d["actor/grad_norm"])
+    assert [b["step"] for b in tool_run.batches] == [1, 2]  # the probe saw what the trainer trained on
+    for b in tool_run.batches:
+        assert len(b["rows"]) == 4 and len({r["rollout_id"] for r in b["rows"]}) == 4
+        assert set(b["rollouts"]) == {r["rollout_id"] for r in b["rows"]}
+
+
+@pytest.mark.slow
+def test_the_tool_results_are_masked_out_of_the_loss_and_the_forced_turns_are_in(tool_run):
+    for b in tool_run.batches:
+        for row in b["rows"]:
+            turns = b["rollouts"][row["rollout_id"]]
+            assert len(turns) == 3
+            n = sum(row["attention_mask"])
+            response, mask = row["responses"][:n], row["response_mask"][:n]
+            assert not any(row["response_mask"][n:])
+            parts = runs_of(mask)
+            # assistant, tool result, assistant, tool result, assistant
+            assert [v for v, _, _ in parts] == [1, 0, 1, 0, 1], parts
+            for (_, s, e), turn in zip(parts[0::2], turns, strict=True):
+                assert response[s:e] == turn["response"]  # the forced tokens, in the loss
+                assert turn["response"][-1] == 3  # ... up to the end of the turn (<|im_end|>)
+                assert len(turn["log_probs"]) == len(turn["response"])
+                assert all(math.isfinite(lp) and -9999 < lp < 0 for lp in turn["log_probs"])  # the model's own
+            calls = [text(tool_run, response[s:e]) for _, s, e in parts[0::2]]
+            observations = [text(tool_run, response[s:e]) for _, s, e in parts[1::2]]
+            for call, obs in zip(calls[:2], observations, strict=True):
+                expression = next(x for x, _ in CALLS if x.replace(" ", "") in call)
+                result = dict(CALLS)[expression]
+                assert result in obs, (call, obs)  # the calculator's result, out of the loss: the tool ran on it
+            assert calls[2].startswith(":") and calls[2].endswith("<|im_end|>")  # "Answer: N"
+            # each turn's prompt is the previous prompt + response + the tool result: one trajectory
+            for prev, nxt in zip(turns, turns[1:], strict=False):
+                assert nxt["prompt"][:len(prev["prompt"]) + len(prev["response"])] == prev["prompt"] + prev["response"]
+
+
+@pytest.mark.slow
+def test_the_samples_show_the_tool_calls_with_their_results(tool_run):
+    shown = tool_run.script("check_status.py", "--output-dir", str(tool_run.out), "--samples", "8", "--json")
+    samples = json.loads(shown.stdout)["data"]["samples"]
+    assert samples, shown.stdout[-2000:]
+    for s in samples:
+        assert s["tool_calls"] == 2 and s["model_calls"] == 3 and s["turns"] == 3 and s["tool_errors"] == 0, s
+        tool_turns = [t for t in s["trajectory"] if t["role"] == "tool"]
+        pairs = [[CALLS[k][1], CALLS[(k + 1) % len(CALLS)][1]] for k in range(len(CALLS))]
+        assert [t["content"] for t in tool_turns] in pairs, s

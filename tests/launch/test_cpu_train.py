@@ -1,0 +1,353 @@
+"""CPU training for real: `start_training.sh --cpu-steps N` runs VERL's whole PPO loop (GRPO) on CPU.
+
+The fast tests check the plan (what a CPU run changes in a config, and nothing else) and the
+stand-ins' guard (each names the VERL file:line it replaces; a VERL that no longer has it is
+refused). The slow tests share ONE real 2-step run on the tiny model with a graded judge
+(tests/cpu_run.py), then continue it with --resume: finite metrics per step, every actor tensor
+moving each step, the export through VERL's merger, samples, check_status, the key in no log, and
+nothing of the run left afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+from agentic_rl.edge.cpu import stand_ins
+from agentic_rl.launch import cpu_mode
+from agentic_rl.runs import run_dir
+from conftest import run_script
+from cpu_run import VERL_PY
+
+TESTS = Path(__file__).resolve().parents[1]
+STEP_METRICS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean", "timing_s/step")
+LR = 1e-3
+
+
+def plan(cfg: dict, steps: int = 2, rows: int = 64, cpus: int = 2, ranks: int = 1) -> dict:
+    return cpu_mode.plan_changes(lambda k, d=None: cpu_mode._dig(cfg, k, d), steps, rows, cpus, ranks)
+
+
+# --------------------------------------------------------------------------- the plan (fast)
+
+
+@pytest.mark.parametrize("save_freq, steps, kept", [(1, 2, 1), (2, 2, 2), (8, 2, 2), (-1, 3, 3), (0, 2, 2)])
+def test_save_freq_is_kept_up_to_n_else_n(save_freq, steps, kept):
+    assert plan({"trainer": {"save_freq": save_freq}}, steps=steps)["trainer.save_freq"] == kept
+
+
+def test_batches_shrink_and_divide_optimizer_and_algorithm_stay():
+    cfg = {"data": {"train_batch_size": 64, "gen_batch_size": 96, "max_response_length": 1024},
+           "algorithm": {"adv_estimator": "grpo"},
+           "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 3,
+                                           "optim": {"lr": 3e-6, "weight_decay": 0.1}},
+                                 "rollout": {"n": 8, "log_prob_micro_batch_size_per_gpu": 8}},
+           "critic": {"ppo_mini_batch_size": 16}}
+    want = plan(cfg, steps=3, rows=10)
+    assert want["data.train_batch_size"] == want["data.gen_batch_size"] == 2
+    assert want["actor_rollout_ref.rollout.n"] == 2 and want["actor_rollout_ref.actor.ppo_mini_batch_size"] == 2
+    assert want["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 2  # divides mini * n = 4
+    assert want["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 4
+    assert want["data.max_response_length"] == cpu_mode.MAX_RESPONSE
+    assert want["trainer.total_training_steps"] == 3 and want["trainer.total_epochs"] == 1  # 10 // 2 = 5 per epoch
+    assert "critic.ppo_mini_batch_size" not in want  # GRPO has no critic: its keys are left alone
+    assert not [k for k in want if k.startswith(("algorithm.", "actor_rollout_ref.actor.optim", "trainer.logger"))]
+    get = lambda k, d=None: cpu_mode._dig(cfg, k, d)  # noqa: E731
+    changed = {c["key"]: (c["from"], c["to"]) for c in cpu_mode.changes(get, want)}
+    assert changed["data.train_batch_size"] == (64, 2) and changed["trainer.total_training_steps"] == (None, 3)
+    assert "data.max_response_length: 1024 -> 32" in cpu_mode.describe(cpu_mode.changes(get, want))
+
+
+def test_more_steps_than_an_epoch_raise_total_epochs_and_ranks_split_batches():
+    assert plan({"data": {"train_batch_size": 2}, "trainer": {"total_epochs": 1}}, steps=5, rows=4)[
+        "trainer.total_epochs"] == 3  # 2 steps an epoch
+    want = plan({"data": {"train_batch_size": 16}, "actor_rollout_ref": {"rollout": {"n": 4}},
+                 "trainer": {"nnodes": 2, "n_gpus_per_node": 2}}, ranks=4)
+    assert want["data.train_batch_size"] % 4 == 0 and want["trainer.n_gpus_per_node"] == 2
+    assert (want["actor_rollout_ref.actor.ppo_mini_batch_size"] * want["actor_rollout_ref.rollout.n"]) % 4 == 0
+    assert "ray_kwargs.ray_init.num_gpus" not in want  # a joined cluster keeps its own resources
+
+
+@pytest.mark.parametrize("log, component, key", [
+    ("ray.exceptions.RayTaskError(NotImplementedError): Unknown advantage estimator simply: grpoo", "config",
+     "algorithm.adv_estimator"),
+    ("  File \"tracking.py\", line 67\nAssertionError: jsonl is not supported", "config", "trainer.logger"),
+    ("ValueError: Unsupported loss mode: nope. Supported modes are: [...]", "config",
+     "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    ("RayTaskError(RuntimeError)(RuntimeError('get_train_data_batch emitted zero training rows.'))", "agent",
+     "agentlightning (the agent's rollouts)"),
+])
+def test_a_late_failure_names_its_component_and_config_key(log, component, key):
+    from agentic_rl.runs import failures
+
+    assert failures.late_config_error(f"step:0 - ok\n{log}\n")[:2] == (component, key)
+    assert failures.late_config_error("RuntimeError: something else") is None
+
+
+# --------------------------------------------------------------------------- the stand-ins' guard
+
+
+def fake_verl(root: Path) -> Path:
+    """A verl tree whose files hold exactly the lines the stand-ins were written for."""
+    for s in stand_ins.STAND_INS:
+        path = root / s.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = path.read_text().splitlines() if path.exists() else []
+        lines += [""] * (s.line - len(lines))
+        lines[s.line - 1] = "    " + s.text
+        path.write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_a_changed_verl_line_is_named_by_file_and_line(tmp_path):
+    root = fake_verl(tmp_path / "verl")
+    ours = [p for p in stand_ins.check(root) if not p.startswith("pad/unpad without flash_attn: einops")]
+    assert ours == []
+    target = root / "utils" / "distributed.py"
+    lines = target.read_text().splitlines()
+    lines[85] = '    backend = backend or "gloo"'  # as a VERL that fixed it would read
+    target.write_text("\n".join(lines) + "\n")
+    problems = stand_ins.check(root)
+    assert any(p.startswith("gloo process group: verl/utils/distributed.py:86 is now") for p in problems), problems
+    (root / "workers" / "rollout" / "replica.py").unlink()
+    assert any("verl/workers/rollout/replica.py unreadable" in p for p in stand_ins.check(root))
+
+
+def test_installed_verl_still_has_every_line_the_stand_ins_replace(verl_venv):
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from agentic_rl.edge.cpu import stand_ins; "
+            "print(json.dumps(stand_ins.check()))")
+    proc = subprocess.run([str(VERL_PY), "-c", code, str(TESTS.parent / "scripts")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [], "VERL moved: update edge/cpu/stand_ins.STAND_INS"
+
+
+INSTALL_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from agentic_rl.edge.cpu import stand_ins
+stand_ins.install()
+import torch, transformers, fastapi  # what the rollout server imports
+server_imports_verl = any(m == "verl" or m.startswith("verl.") for m in sys.modules)
+from verl.workers.engine import EngineRegistry
+from verl.workers.rollout.replica import get_rollout_replica_class
+from verl.workers.rollout import base
+from verl.utils import attention_utils, distributed
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+print(json.dumps({
+    "server_imports_verl": server_imports_verl,
+    "torch_cpu_rng": hasattr(torch.cpu, "get_rng_state"),
+    "engines_on_cpu": sorted(b for b, d in EngineRegistry._engines["language_model"].items() if "cpu" in d),
+    "replica": get_rollout_replica_class("vllm").__qualname__,
+    "adapter": base._ROLLOUT_REGISTRY[("vllm", "async")],
+    "pad": attention_utils._get_attention_functions.__module__,
+    "gloo": distributed.initialize_global_process_group_ray.__module__,
+    "agl_loss": "per_rollout_mean" in POLICY_LOSS_REGISTRY,
+    "loader": type(base.__loader__).__name__,
+    "waiting": sorted(stand_ins._waiting)}))
+"""
+
+
+def test_the_stand_ins_arm_at_worker_start_and_apply_when_verl_is_imported(verl_venv):
+    """A worker that never imports VERL (the rollout server) does not pay ~200 MB for it; a worker
+    that does gets every stand-in before it can use the part it replaces."""
+    proc = subprocess.run([str(VERL_PY), "-W", "ignore", "-c", INSTALL_PROBE, str(TESTS.parent / "scripts")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"server_imports_verl": False, "torch_cpu_rng": True, "engines_on_cpu": ["fsdp", "fsdp2"],
+                   "replica": "verl_classes.<locals>.CpuReplica",
+                   "adapter": "agentic_rl.edge.cpu.rollout_server.CpuServerAdapter", "pad": "agentic_rl.edge.cpu.stand_ins",
+                   "gloo": "agentic_rl.edge.cpu.stand_ins", "agl_loss": True, "loader": "SourceFileLoader",
+                   "waiting": []}, got
+
+
+def test_the_rollout_engine_batches_requests_as_if_each_ran_alone(verl_venv, tmp_path):
+    """Requests decoded together give the tokens each gives alone, logprobs equal to a teacher-forced
+    forward pass (as the trainer recomputes them), each row its own max_tokens, and a weight update
+    asked for mid-batch waits for the batch."""
+    from make_tiny_model import make_tiny_model
+
+    make_tiny_model(tmp_path / "tiny")
+    proc = subprocess.run([str(VERL_PY), str(TESTS / "cpu_engine_probe.py"), str(tmp_path / "tiny")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["same_tokens"] == [True] * 5
+    assert got["logprob_err"] < 1e-4
+    assert got["lengths"] == got["asked"] and got["finish"] == ["length"] * 5
+    assert got["largest_batch"] == 5 and got["update_waited"] is True
+
+
+def test_cpu_steps_refuses_gpus_and_rehearse(tmp_path):
+    from conftest import run_script
+
+    for extra in (["--gpus", "0"], ["--rehearse"], []):
+        proc = run_script("start_training.sh", "--input-dir", str(tmp_path), "--cpu-steps", "0" if not extra else "2",
+                          *extra)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("Error: --cpu-steps") and "\nHint: " in proc.stderr
+
+
+def test_a_large_model_becomes_a_small_random_one_of_its_architecture_with_its_tokenizer(verl_venv, tmp_path):
+    from make_tiny_model import make_tiny_model
+
+    user = tmp_path / "user-model"
+    make_tiny_model(user)
+    config = json.loads((user / "config.json").read_text())
+    config.update(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=8,
+                  num_key_value_heads=2, rope_theta=12345.0)  # GQA, an odd rope: kept as the user's
+    (user / "config.json").write_text(json.dumps(config))
+    (user / "generation_config.json").write_text(json.dumps({"eos_token_id": 3, "temperature": 0.7}))
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from agentic_rl import cpu_model; "
+            "print(json.dumps([cpu_model.small_model(Path(sys.argv[2]), Path(sys.argv[3]), limit=int(sys.argv[4])) "
+            "for _ in range(2)]))")
+    args = [str(VERL_PY), "-c", code, str(TESTS.parent / "scripts"), str(user), str(tmp_path / "out")]
+    proc = subprocess.run([*args, "1000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, again = json.loads(proc.stdout.strip().splitlines()[-1])
+    small = tmp_path / "out" / run_dir.CPU_MODEL_DIR
+    assert first["replaced"] and first["path"] == str(small) and again == first  # built once, then reused
+    built = json.loads((small / "config.json").read_text())
+    assert built["architectures"] == ["Qwen2ForCausalLM"] and built["model_type"] == "qwen2"
+    assert (built["num_hidden_layers"], built["hidden_size"], built["num_attention_heads"]) == (2, 64, 4)
+    assert built["num_key_value_heads"] == 2 and built["rope_theta"] == 12345.0
+    assert built["vocab_size"] == config["vocab_size"]
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (small / name).read_bytes() == (user / name).read_bytes(), name  # the user's own, byte for byte
+    assert "chat_template" in json.loads((small / "tokenizer_config.json").read_text())
+    assert first["parameters"] > 0 and first["from_parameters"] == 22752  # counted from the user's weights
+    proc = subprocess.run([*args, str(cpu_model_limit())], capture_output=True, text=True, timeout=300)
+    kept = json.loads(proc.stdout.strip().splitlines()[-1])[0]
+    assert kept == {"path": str(user), "replaced": False, "parameters": kept["from_parameters"],
+                    "from_parameters": kept["parameters"]}  # under 50M: used as it is
+
+
+def cpu_model_limit() -> int:
+    from agentic_rl.launch import cpu_model
+
+    return cpu_model.SMALL_MODEL_PARAMS
+
+
+# --------------------------------------------------------------------------- one real run (slow)
+
+
+def probe(spec: dict) -> dict:
+    proc = subprocess.run([str(VERL_PY), str(TESTS / "cpu_weights_probe.py"), json.dumps(spec)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def actor_dir(run, step: int) -> str:
+    return str(run.out / run_dir.CHECKPOINTS_DIR / f"global_step_{step}" / "actor")
+
+
+@pytest.mark.slow
+def test_cpu_run_completes_with_real_finite_metrics_every_step(cpu_run):
+    st = cpu_run.status
+    assert st["status"] == "completed" and st["exit_code"] == 0 and st["leftovers"] == [], st
+    assert st["mode"] == "train" and st["gpus"] is None and st["total_training_steps"] == 2
+    history = cpu_run.metrics()
+    assert [h["step"] for h in history] == [1, 2]
+    for h in history:
+        for key in STEP_METRICS:
+            assert isinstance(h["data"].get(key), (int, float)) and math.isfinite(h["data"][key]), (h["step"], key)
+    assert sum(h["data"]["actor/grad_norm"] for h in history) > 0  # the graded judge gives GRPO a signal
+    ckpts = sorted(p.name for p in (cpu_run.out / run_dir.CHECKPOINTS_DIR).glob("global_step_*"))
+    assert ckpts == ["global_step_1", "global_step_2"]  # the task's save_freq 1 <= 2 is kept
+
+
+@pytest.mark.slow
+def test_every_changed_key_is_in_the_start_message_log_and_status(cpu_run):
+    changed = cpu_run.status["cpu"]["changed"]
+    keys = {c["key"] for c in changed}
+    assert {"data.train_batch_size", "actor_rollout_ref.rollout.n", "trainer.total_training_steps",
+            cpu_mode.HOOK_KEY, "actor_rollout_ref.actor.strategy"} <= keys
+    assert "trainer.save_freq" not in keys and not [k for k in keys if ".optim." in k]
+    log = (cpu_run.out / run_dir.LOG_FILE).read_text(errors="replace")
+    for c in changed:
+        line = f"  {c['key']}: {c['from']!r} -> {c['to']!r}"
+        assert line in cpu_run.started.stdout and line in log, line
+    assert "mode train on CPU, 2 steps" in cpu_run.started.stdout
+
+
+@pytest.mark.slow
+def test_check_status_shows_steps_metrics_flags_and_samples(cpu_run):
+    shown = cpu_run.script("check_status.py", "--output-dir", str(cpu_run.out), "--json")
+    data = json.loads(shown.stdout)["data"]
+    assert data["status"] == "completed" and data["progress"]["step"] == 2 and data["progress"]["total"] == 2
+    assert data["checkpoint"] == 2 and data["cpu"]["steps"] == 2
+    assert {"reward", "response_length", "grad_norm"} <= set(data["latest"]) and isinstance(data["flags"], list)
+    table = cpu_run.script("check_status.py", "--output-dir", str(cpu_run.out)).stdout
+    assert "step 2/2" in table and "CPU training" in table and "global_step_2" in table
+    samples = cpu_run.script("check_status.py", "--output-dir", str(cpu_run.out), "--samples", "8", "--json")
+    shown = json.loads(samples.stdout)["data"]["samples"]
+    assert shown and {s["split"] for s in shown} == {"train"} and {s["step"] for s in shown} <= {1, 2}
+    assert all(isinstance(s.get("reward"), (int, float)) for s in shown)
+
+
+@pytest.mark.slow
+def test_every_actor_tensor_moves_each_step(cpu_run):
+    report = probe({"init": str(cpu_run.model), "steps": {"1": actor_dir(cpu_run, 1), "2": actor_dir(cpu_run, 2)}})
+    for step in ("1", "2"):
+        r = report["steps"][step]
+        assert r["missing"] == [] and r["tensors"] > 20
+        assert r["changed_vs_init"] == r["tensors"], (step, r)
+        assert r["changed_vs_prev"] == r["tensors"], (step, r)
+        assert 0 < r["max_vs_prev"] < 20 * LR, (step, r)  # Adam moves each weight by about lr per step
+
+
+@pytest.mark.slow
+def test_export_merges_the_last_checkpoint_with_verls_merger(cpu_run):
+    shown = cpu_run.script("export_model.py", "--output-dir", str(cpu_run.out), "--json", timeout=300)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    target = cpu_run.out / run_dir.EXPORT_DIR / "global_step_2"
+    assert (target / "config.json").is_file()
+    report = probe({"init": str(cpu_run.model), "steps": {"2": actor_dir(cpu_run, 2)}, "export": str(target)})
+    ex = report["export"]
+    assert ex["tensors"] >= report["steps"]["2"]["tensors"]
+    assert ex["equal_to_last"] == report["steps"]["2"]["tensors"]  # equal to the checkpoint, at its dtype
+    assert ex["differ_from_init"] == report["steps"]["2"]["tensors"]
+
+
+@pytest.mark.slow
+def test_resume_continues_from_step_2(cpu_run):
+    """Last in this module: it adds step 3 to the shared run."""
+    st = cpu_run.run("--resume", "--cpu-steps", "3")
+    assert st["status"] == "completed" and st["resumed_from_step"] == 2, st
+    assert [h["step"] for h in cpu_run.metrics(2)] == [3]
+    report = probe({"init": str(cpu_run.model), "steps": {str(s): actor_dir(cpu_run, s) for s in (1, 2, 3)},
+                    "compare": [["3", "2"], ["3", "0"], ["2", "0"]]})
+    assert report["steps"]["3"]["changed_vs_prev"] == report["steps"]["3"]["tensors"]
+    # From step 2's weights (and optimizer), not from the initial model: one step away from step 2,
+    # farther from the start than one step.
+    assert report["compare"]["3-2"] < report["compare"]["3-0"], report["compare"]
+    assert report["compare"]["3-2"] < report["compare"]["2-0"], report["compare"]
+
+
+@pytest.mark.slow
+def test_the_key_is_in_no_log(cpu_run):
+    assert len(cpu_run.keys) == len(cpu_run.run_ids) >= 1
+    texts = [p.read_text(errors="replace") for p in [cpu_run.out / run_dir.LOG_FILE,
+                                                       *(cpu_run.out / run_dir.LOGS_DIR).iterdir()]]
+    assert any("'agl_key': '***redacted***'" in t for t in texts)
+    for key in cpu_run.keys:
+        assert len(key) > 20 and not [t for t in texts if key in t]
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_left_is_refused_before_ray_starts(cpu_run):
+    """Last: after the resume, all 3 steps are done; --resume --cpu-steps 3 again would train nothing."""
+    refused = run_script("start_training.sh", "--input-dir", str(cpu_run.task), "--output-dir", str(cpu_run.out),
+                         "--resume", "--cpu-steps", "3", env={**cpu_run.env, "ARL_START_WAIT_S": "60"})
+    st = run_dir.read_status(cpu_run.out)
+    cpu_run.run_ids.append(st["run_id"])  # nothing of it may be left either (the fixture checks)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert st["status"] == "failed" and st["failed_component"] == "preflight", st
+    assert "nothing left to train" in st["reason"] and "global_step_3" in st["reason"]
+    assert "--cpu-steps 4 or more" in refused.stderr and st.get("ray_started_by_run") is None

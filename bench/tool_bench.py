@@ -3,7 +3,7 @@
 
 Usage: python bench/tool_bench.py [--repeat N]      (or: make bench, which runs every *_bench.py)
 
-1. Overhead per turn: the rehearsal's oracle (rehearsal.OracleServer, on 127.0.0.1) plays one
+1. Overhead per turn: the rehearsal's oracle (oracle_server.OracleServer, on 127.0.0.1) plays one
    calc_x row of assets/tool_example (3 calculator calls, then the answer: 4 model calls). Timed:
    tool_agent.solve() over those 4 turns (loading tools.py, building messages, running the tool
    calls, the model calls) against the same 4 requests posted bare (kit.post_json with the bodies the
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from agentic_rl import oracle_turns, task  # noqa: E402
 from agentic_rl.agents import kit, tool_agent, toolbox  # noqa: E402
-from agentic_rl.launch import rehearsal  # noqa: E402
+from agentic_rl.launch import oracle_server  # noqa: E402
 
 EXAMPLE = ROOT / "assets" / "tool_example"
 ROW_ID = "ape210k__00384263"  # three calculator steps, then the answer
@@ -50,7 +50,7 @@ def turn_overhead(repeat: int) -> dict:
     row = next(r for r in rows if r["id"] == ROW_ID)
     script = oracle_turns.load(EXAMPLE / "oracle.jsonl")
     template = (EXAMPLE / "task.goal").read_text()
-    server = rehearsal.OracleServer(rehearsal.oracle_answers([row], template, script=script)).start()
+    server = oracle_server.OracleServer(oracle_server.oracle_answers([row], template, script=script)).start()
     out: dict = {"turns": len(script[ROW_ID])}
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -53,14 +53,17 @@ from agentic_rl import bootstrap
 
 bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before any dependency loads
 
-from agentic_rl import cli
+from agentic_rl import cli, untrusted
 from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 from agentic_rl.runs import (
+    attempts,
+    checkpoints,
     learning_signal,
     metrics_reader,
     run_dir,
     run_health,
     run_status,
+    sample_reader,
     sample_turns,
     samples,
 )
@@ -214,9 +217,9 @@ def figure(output_dir: Path):
     from matplotlib.ticker import MaxNLocator
 
     plt = pyplot()
-    scope = run_dir.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
+    scope = attempts.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
     history = metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
-    ckpts = run_dir.checkpoint_steps(output_dir)["steps"]
+    ckpts = checkpoints.checkpoint_steps(output_dir)["steps"]
     fig = plt.figure(figsize=(12, 9))
     grid = fig.add_gridspec(3, 2, width_ratios=(2, 1))
     axes = [fig.add_subplot(grid[0, 0])]
@@ -235,7 +238,7 @@ def figure(output_dir: Path):
         else:  # a rehearsal logs no entropy or length: say so rather than draw an empty frame
             ax.text(0.5, 0.5, f"no {title} data yet", ha="center", va="center", transform=ax.transAxes)
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.25 ticks (shared x)
-    reward_distribution(fig.add_subplot(grid[:, 1]), run_status.scoped(samples.read(output_dir), scope))
+    reward_distribution(fig.add_subplot(grid[:, 1]), run_status.scoped(sample_reader.read(output_dir), scope))
     axes[-1].set_xlabel("step (dotted lines: checkpoints)")
     fig.tight_layout()
     return fig
@@ -300,7 +303,7 @@ def watch(output_dir: Path, args) -> int:
                 code = run_status.exit_code(data)
                 cli.print_json(cli.envelope(not code, data=data, error=run_failure(data, code)))
             elif tty:  # the redraw is ours; what render() shows passes the escaping stdout
-                cli.raw_stdout().write("\x1b[H\x1b[2J")
+                untrusted.raw_stdout().write("\x1b[H\x1b[2J")
                 sys.stdout.write(render(data) + "\n")
             else:
                 p, r = data["progress"], data["progress"]["rollouts"]

@@ -45,6 +45,25 @@ def isolated_env(tmp_path, monkeypatch):
     yield
 
 
+@pytest.fixture
+def run_folders():
+    """Output folders of the runs a test starts; afterwards nothing carrying their run ids may be left."""
+    from agentic_rl.edge import procs
+    from agentic_rl.runs import run_dir
+
+    outs: list[Path] = []
+    yield outs
+    leftovers = {}
+    for out in outs:
+        run_id = (run_dir.read_status(out) or {}).get("run_id")
+        if run_id:
+            left = procs.find_run_processes(run_id)
+            procs.kill_run(run_id, None)
+            if left:
+                leftovers[run_id] = [p.pid for p in left]
+    assert not leftovers, f"processes left behind: {leftovers}"
+
+
 def _not_json(name: str) -> None:
     raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 

@@ -25,11 +25,11 @@ UPDATE_S = 1.0  # the "update" between a step's last rollout and its log line
 def run_ppo(cfg, train_rows: list[dict], val_rows: list[dict]) -> None:
     import orjson
     from agentic_rl.edge import agl
-    from agentic_rl.launch import rehearsal
+    from agentic_rl.launch import oracle_server
 
     task = Path(os.environ["ARL_FAKE_TRAINER_TASK"])
     rows = [json.loads(r["arl_row"]) for r in train_rows + val_rows]
-    oracle = rehearsal.OracleServer(rehearsal.oracle_answers(rows, (task / "task.goal").read_text())).start()
+    oracle = oracle_server.OracleServer(oracle_server.oracle_answers(rows, (task / "task.goal").read_text())).start()
     al = cfg.agentlightning
     log = open(os.environ["VERL_FILE_LOGGER_PATH"], "ab")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 from agentic_rl.edge import procs
-from agentic_rl.launch import rehearsal
+from agentic_rl.launch import oracle_server
 from agentic_rl.runs import run_dir
 from conftest import SCRIPTS, run_script
 
@@ -17,7 +17,7 @@ START = SCRIPTS / "start_training.sh"
 
 
 
-SLOW = {rehearsal.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the test
+SLOW = {oracle_server.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the test
 
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import psutil
 from agentic_rl import files
 from agentic_rl.edge import procs
-from agentic_rl.launch import rehearsal
+from agentic_rl.launch import oracle_server
 from agentic_rl.runs import run_dir
 from conftest import run_module, run_script
 from launch_helpers import wait_for
 
-SLOW = {rehearsal.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the fault
+SLOW = {oracle_server.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the fault
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def folder_deleted_and_a_new_start_at_its_path(h: Harness) -> None:
 
 def status_truncated_while_live(h: Harness) -> None:
     # No rollout ends while the damage is checked: the job rewrites its whole record as rollouts end.
-    st = h.started(env={rehearsal.ORACLE_DELAY_ENV: "600"})
+    st = h.started(env={oracle_server.ORACLE_DELAY_ENV: "600"})
     path = h.out / run_dir.STATUS_FILE
     path.write_text(path.read_text()[:40])
     checked, envelope = h.check()
@@ -238,7 +238,7 @@ def disk_full_mid_run(h: Harness) -> None:
     out = disk / "out"
     # Each model call takes 8 s, so the disk is full before a rollout ends and the job writes again (with
     # 3 s a loaded machine once filled it only after the run had completed).
-    st = h.started(out, env={rehearsal.ORACLE_DELAY_ENV: "8"})
+    st = h.started(out, env={oracle_server.ORACLE_DELAY_ENV: "8"})
     h.fill(disk)
     assert (h.status(out).get("rollout_failures") or {}).get("succeeded", 0) == 0, "filled only after a rollout ended"
     final = h.wait_for(lambda: h.status(out).get("status") in run_dir.TERMINAL_STATES and h.status(out),

@@ -1,6 +1,7 @@
 """agentic_rl: the internals behind scripts/*.py, one folder per concern.
 
-- the root: what every room shares: cli (exit codes, the --json envelope, Error/Hint), files (strict JSON
+- the root: what every room shares: cli (exit codes, the --json envelope, Error/Hint), untrusted (text
+  from models and run files made safe for a terminal and for JSON), files (strict JSON
   in, atomic writes out), bootstrap (the rerun under .venv), task (the task folder's contract) and
   oracle_turns (the --oracle file's contract);
 - checks/: the gates before a run (task folder, config, judge, agent, model, GPUs, placement, cluster);

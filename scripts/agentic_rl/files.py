@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -262,3 +264,34 @@ def tree_changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]
         else:
             out.append(f"{path} modified")
     return out
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether exc, or an exception it was raised from, is ENOSPC or EDQUOT."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+
+def disk_full_message(output_dir: Path) -> tuple[str, str]:
+    """(message, hint) naming the folder and the free space left on its filesystem."""
+    free = free_bytes(output_dir)
+    shown = "unknown" if free is None else f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"
+    return (f"no space left on the device of {output_dir} ({shown} free)",
+            f"free space on that filesystem (df -h {output_dir}), or pass another --output-dir; then start again "
+            "(--resume continues from the last checkpoint)")

@@ -86,9 +86,9 @@ def test_agent_flags_from_samples_and_metrics():
     flags = {f["flag"]: f for f in run_health.sample_flags(window)}
     assert flags["tool_errors"]["value"] == 0.15 and "3 of 20 recent tool calls failed" in flags["tool_errors"]["message"]
     assert flags["max_turns_hit"]["value"] == 0.2
-    from agentic_rl.runs import samples
+    from agentic_rl.runs import sample_reader
 
-    assert samples.marks(window[0]) == ["tool_errors", "max_turns_hit"]
+    assert sample_reader.marks(window[0]) == ["tool_errors", "max_turns_hit"]
     history = [{"step": 1, "data": {run_health.MERGE_MISMATCH: 0}}, {"step": 2, "data": {run_health.MERGE_MISMATCH: 3}}]
     found = [f for f in run_health.flags(history) if f["flag"] == "trace_merge_mismatch"]
     assert found and found[0]["step"] == 2 and found[0]["value"] == 3 and "<think>" in found[0]["hint"]
@@ -96,10 +96,10 @@ def test_agent_flags_from_samples_and_metrics():
 
 
 def test_a_sample_with_a_hostile_trajectory_is_skipped(tmp_path):
-    from agentic_rl.runs import samples
+    from agentic_rl.runs import sample_reader, samples
 
     good = tool_sample("g", 0)
     bad = {**tool_sample("b", 0), "trajectory": [{"role": "assistant", "tool_calls": "calculator"}]}
     (tmp_path / samples.DIR).mkdir()
     (tmp_path / samples.DIR / samples.VAL).write_bytes(samples.encode(good) + samples.encode(bad))
-    assert [s["rollout_id"] for s in samples.read(tmp_path)] == ["g"]
+    assert [s["rollout_id"] for s in sample_reader.read(tmp_path)] == ["g"]

@@ -18,7 +18,7 @@ from agentic_rl import oracle_turns
 from agentic_rl.agents import toolbox
 from agentic_rl.edge import procs
 from agentic_rl.launch import job_config
-from agentic_rl.runs import run_dir, samples
+from agentic_rl.runs import run_dir, sample_reader
 from conftest import ROOT
 from launch_helpers import log_text, start, wait_done
 
@@ -169,7 +169,7 @@ def test_the_tool_example_rehearses_its_real_tool_loop(tool_task, tmp_path, runs
         turns = script[row["row_id"]]
         assert row["model_calls"] == len(turns) and row["tool_calls"] == len(turns) - 1, row
         assert row["training_turns"] == len(turns), row
-    shown = samples.read(out)
+    shown = sample_reader.read(out)
     longest = max(shown, key=lambda s: s["tool_calls"])
     assert longest["turns"] == longest["model_calls"] and longest["tool_errors"] == 0
     first = longest["trajectory"][0]

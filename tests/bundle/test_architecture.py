@@ -30,7 +30,7 @@ PACKAGE = SCRIPTS / "agentic_rl"
 EDGE = PACKAGE / "edge"
 AGENTS = PACKAGE / "agents"
 # What an agent process may import of the package: every rollout pays for its imports (stdlib only beyond these).
-AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.files", "agentic_rl.runs", "agentic_rl.runs.run_dir",
+AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.untrusted", "agentic_rl.files", "agentic_rl.runs", "agentic_rl.runs.run_dir",
                  "agentic_rl.task",
                  "agentic_rl.agents"}
 TESTS = ROOT / "tests"
@@ -128,6 +128,18 @@ def test_imports_between_rooms_run_one_way():
             if there != here and there not in ALLOWED[here]:
                 wrong.append(f"{path.relative_to(SCRIPTS)}:{lineno} ({here or 'root'}) imports {imported} ({there or 'root'})")
     assert not wrong, "imports against ALLOWED:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("path", package_modules() + [p for p in cli_files() if p.suffix == ".py"],
+                         ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_no_module_is_long_without_a_reason(path):
+    lines = path.read_text().count("\n")
+    if lines <= MAX_LINES:
+        return
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert re.search(r"^Over \d+ lines because\b", doc, re.M), \
+        f"{path.relative_to(SCRIPTS)} has {lines} lines (> {MAX_LINES}): split it by concern, or say at its top " \
+        "'Over N lines because ...'"
 
 
 def test_tests_mirror_the_rooms():

@@ -16,7 +16,7 @@ import fake_nvml
 import pytest
 from agentic_rl.checks import gpu_select, gpu_stack
 from agentic_rl.edge import nvml, torch_build
-from agentic_rl.launch import launcher
+from agentic_rl.launch import launcher, preflight
 from conftest import ROOT, fake_nvml_env, run_script
 
 OLD, NEW = "570.133.20", "580.95.05"
@@ -79,10 +79,10 @@ def test_check_gpu_reports_the_driver_and_warns_when_torch_needs_more(monkeypatc
 def test_launcher_driver_check_in_process(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(cuda_torch(tmp_path)))
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()], driver_version=NEW))
-    assert launcher.check_driver()["driver_version"] == NEW
+    assert preflight.check_driver()["driver_version"] == NEW
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()], driver_version=OLD))
     with pytest.raises(launcher.UserError) as err:
-        launcher.check_driver()
+        preflight.check_driver()
     assert err.value.code == 3 and "driver 570.133.20 is older than the installed torch needs" in err.value.message
     assert gpu_select.driver_report()["problem"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import validate_data
-from agentic_rl.checks import judge_probe, task_checks
+from agentic_rl.checks import jsonl_checks, judge_probe, task_checks
 from conftest import run_script
 from defect_cases import CASES, JUDGE_HEAD
 
@@ -191,7 +191,7 @@ def test_blank_lines_are_skipped_and_counted(example_task, capsys):
 def test_iter_jsonl_yields_rows_and_defects(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"a": 1}\n\n[1]\n\xef\xbb\xbf{}\n{"b": \xff}\n{"c": Infinity}\n{"d": [[[\n{"e": 2}')
-    got = list(task_checks.iter_jsonl(path))
+    got = list(jsonl_checks.iter_jsonl(path))
     assert got[0] == (1, {"a": 1}, None)
     assert [(n, d.split(" (")[0].split(" at ")[0]) for n, r, d in got[1:-1]] == [
         (3, "a JSON array, not an object"), (4, "starts with a UTF-8 byte-order mark"),
@@ -203,7 +203,7 @@ def test_hash_candidates_are_confirmed_by_real_ids(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n')
     # Pretend every hash collided: only the real repeat may be reported.
-    found = list(task_checks._duplicates(path, {hash("a"), hash("b")}))
+    found = list(jsonl_checks._duplicates(path, {hash("a"), hash("b")}))
     assert [(c.where, c.message) for c in found] == [("rows.jsonl:3", "duplicate id 'a' (first at line 1)")]
 
 

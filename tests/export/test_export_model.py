@@ -28,7 +28,7 @@ import pytest
 from agentic_rl import files
 from agentic_rl.edge import procs, verl_merge
 from agentic_rl.export import exporter
-from agentic_rl.launch import rehearsal
+from agentic_rl.launch import oracle_server
 from agentic_rl.runs import run_dir
 from conftest import EXAMPLE, ROOT, run_script
 
@@ -374,8 +374,8 @@ def test_compare_scores_two_servers_through_the_rehearsal(example_task, tmp_path
     (example_task / "test.jsonl").write_text("\n".join(lines) + "\n")
     rows = [json.loads(line) for line in lines]
     template = (example_task / "task.goal").read_text()
-    good = rehearsal.OracleServer(rehearsal.oracle_answers(rows, template)).start()
-    bad = rehearsal.OracleServer({}).start()
+    good = oracle_server.OracleServer(oracle_server.oracle_answers(rows, template)).start()
+    bad = oracle_server.OracleServer({}).start()
     out = tmp_path / "out"
     out.mkdir()
     try:

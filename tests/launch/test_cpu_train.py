@@ -203,7 +203,7 @@ def test_a_large_model_becomes_a_small_random_one_of_its_architecture_with_its_t
     (user / "config.json").write_text(json.dumps(config))
     (user / "generation_config.json").write_text(json.dumps({"eos_token_id": 3, "temperature": 0.7}))
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-            "from agentic_rl import cpu_model; "
+            "from agentic_rl.launch import cpu_model; "
             "print(json.dumps([cpu_model.small_model(Path(sys.argv[2]), Path(sys.argv[3]), limit=int(sys.argv[4])) "
             "for _ in range(2)]))")
     args = [str(VERL_PY), "-c", code, str(TESTS.parent / "scripts"), str(user), str(tmp_path / "out")]

@@ -15,88 +15,29 @@ import math
 import os
 import signal
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 from agentic_rl import cli
 from agentic_rl.agents import kit
-from agentic_rl.edge import agl, procs
-from agentic_rl.launch import job_config, rehearsal
+from agentic_rl.edge import agl
+from agentic_rl.launch import job_config, oracle_server, rehearsal
 from agentic_rl.launch import training_job as main_py
-from agentic_rl.runs import failures, run_dir
+from agentic_rl.runs import attempts, checkpoints, failures, run_dir
 from conftest import SCRIPTS, run_module, run_script
 from defect_cases import JUDGE_HEAD, RUN_CASES
+from rehearsal_runs import assert_run_gone, cut_rows, launch, log_text, wait_done, wait_for
 
 START = SCRIPTS / "start_training.sh"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def cut_rows(task: Path, name: str, n: int) -> None:
-    lines = (task / name).read_text().splitlines()[:n]
-    (task / name).write_text("\n".join(lines) + "\n")
-
-
-def launch(task: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Start a run as a user does: start_training.sh."""
-    return run_script("start_training.sh", "--input-dir", str(task), "--output-dir", str(out), *extra, env=env)
-
-
-def wait_for(out: Path, predicate, timeout: float = 90.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = run_dir.read_status(out) or {}
-        if predicate(st):
-            return st
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; status {run_dir.read_status(out)}; log:\n{log_text(out)[-3000:]}")
-
-
-def wait_done(out: Path, timeout: float = 90.0) -> dict:
-    """The final status, once main.py itself has exited."""
-    st = wait_for(out, lambda s: s.get("status") in run_dir.TERMINAL_STATES and s.get("end_time"), timeout)
-    deadline = time.monotonic() + 20
-    while psutil.pid_exists(st["pid"]) and psutil.Process(st["pid"]).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "main.py still alive after its final status"
-        time.sleep(0.1)
-    return st
-
-
-def log_text(out: Path) -> str:
-    path = out / run_dir.LOG_FILE
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-@pytest.fixture
-def runs():
-    """Output folders of the runs a test starts; afterwards nothing carrying their run ids may be left."""
-    outs: list[Path] = []
-    yield outs
-    leftovers = {}
-    for out in outs:
-        run_id = (run_dir.read_status(out) or {}).get("run_id")
-        if run_id:
-            left = procs.find_run_processes(run_id)
-            procs.kill_run(run_id, None)
-            if left:
-                leftovers[run_id] = [p.pid for p in left]
-    assert not leftovers, f"processes left behind: {leftovers}"
-
-
-def assert_run_gone(st: dict) -> None:
-    assert procs.find_run_processes(st["run_id"]) == []
 
 
 # --------------------------------------------------------------------------- 1, 2: rehearsal
 
 
-def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_path, runs):
+def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     started = launch(example_task, out, "--rehearse")
     if started is not None:
         assert started.returncode == 0, started.stderr
@@ -155,9 +96,9 @@ def stale_rehearsal_json(out: Path) -> None:
                                                           "failed": 0, "mean_reward": 1.0, "rows": []}))
 
 
-def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, runs):
+def test_a_rehearsal_says_what_it_costs_at_start(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     stale_rehearsal_json(out)
     started = launch(example_task, out, "--rehearse", "--sample", "300")
     assert started.returncode == 0, started.stderr
@@ -186,14 +127,14 @@ def compute_reward(response, ground_truth, metadata):
 '''
 
 
-def test_a_judge_that_raises_or_gives_nan_scores_that_row_zero(example_task, tmp_path, runs):
+def test_a_judge_that_raises_or_gives_nan_scores_that_row_zero(example_task, tmp_path, run_folders):
     cut_rows(example_task, "test.jsonl", 4)
     rows = [json.loads(line) for line in (example_task / "test.jsonl").read_text().splitlines()]
     boom, nan = rows[1], rows[2]
     (example_task / "judge.py").write_text(f"BOOM = {boom['ground_truth']!r}\nNAN = {nan['ground_truth']!r}\n"
                                            + JUDGE_WITH_BAD_ROWS)
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     launch(example_task, out, "--rehearse")
     st = wait_done(out)
     assert st["status"] == "completed", log_text(out)[-3000:]
@@ -213,10 +154,10 @@ def test_a_judge_that_raises_or_gives_nan_scores_that_row_zero(example_task, tmp
 # --------------------------------------------------------------------------- 8: loopback and key
 
 
-def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_path, runs):
+def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
-    runs.append(out)
-    launch(example_task, out, "--rehearse", env={rehearsal.ORACLE_DELAY_ENV: "1"})
+    run_folders.append(out)
+    launch(example_task, out, "--rehearse", env={oracle_server.ORACLE_DELAY_ENV: "1"})
     st = wait_for(out, lambda s: s.get("status") == "running")
     gateway = psutil.Process(st["services"]["gateway"]["pid"])
     key = gateway.environ()[agl.KEY_ENV]
@@ -253,9 +194,9 @@ def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_pa
 # --------------------------------------------------------------------------- 9: resume
 
 
-def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
+def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     cfg = json.loads((example_task / "config.json").read_text())
     cfg["trainer"]["save_freq"] = -1
     (example_task / "config.json").write_text(json.dumps(cfg))
@@ -273,7 +214,7 @@ def test_resume_is_refused_without_a_checkpoint(example_task, tmp_path, runs):
     assert not (out / "rehearsal.json").exists() and not (out / run_dir.PID_FILE).exists()
 
 
-def test_the_launch_preflight_checks_the_lengths_against_the_models_context(example_task, tmp_path, runs):
+def test_the_launch_preflight_checks_the_lengths_against_the_models_context(example_task, tmp_path, run_folders):
     from make_tiny_model import make_tiny_model
 
     cut_rows(example_task, "test.jsonl", 2)  # the passing run below rehearses them: the check, not the rows
@@ -281,7 +222,7 @@ def test_the_launch_preflight_checks_the_lengths_against_the_models_context(exam
     agent_cfg = json.loads((example_task / "agent.json").read_text())
     (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "model_name": model}))
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     proc = run_module("launch.training_job", "--input-dir", str(example_task), "--output-dir", str(out), "--rehearse",
                       "--run-id", f"test-context-{os.getpid()}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -301,10 +242,10 @@ def make_checkpoint(out: Path, step: int) -> None:
     (ckpt / run_dir.TRACKER).write_text(str(step))
 
 
-def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, runs):
+def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, run_folders):
     cut_rows(example_task, "test.jsonl", 2)
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     make_checkpoint(out, 3)
     (out / "metrics").mkdir()
     (out / "metrics" / "attempt-0001.jsonl").write_text('{"step": 3, "data": {"training/reward": 0.5}}\n')
@@ -317,12 +258,12 @@ def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, 
     assert (out / "metrics" / "attempt-0001.jsonl").read_text().startswith('{"step": 3'), "an earlier attempt was lost"
 
 
-def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, runs, monkeypatch):
+def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders, monkeypatch):
     import fake_nvml
     from agentic_rl.launch import launcher
 
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     make_checkpoint(out, 8)
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()]))  # the launcher's: GPU 0 exists
     launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"])
@@ -356,7 +297,7 @@ def test_main_refuses_a_locked_output_folder(example_task, tmp_path, capsys):
 
 
 def test_oracle_answers_like_vllm():
-    srv = rehearsal.OracleServer({"What is 2+2?": "4"})
+    srv = oracle_server.OracleServer({"What is 2+2?": "4"})
     train = srv.answer({"messages": [{"role": "system", "content": "be brief"},
                                      {"role": "user", "content": "What is 2+2?"}], "logprobs": True})
     assert train["choices"][0]["message"]["content"] == "4"
@@ -365,7 +306,7 @@ def test_oracle_answers_like_vllm():
     val = srv.answer({"messages": [{"role": "user", "content": "unknown"}], "max_tokens": 3})
     assert val["choices"][0]["message"]["content"] == "" and "logprobs" not in val["choices"][0]
     assert srv.unknown == 1
-    cut = rehearsal.OracleServer({"p": "123456"}).answer({"messages": [{"role": "user", "content": "p"}],
+    cut = oracle_server.OracleServer({"p": "123456"}).answer({"messages": [{"role": "user", "content": "p"}],
                                                           "max_tokens": 2})
     assert cut["choices"][0]["message"]["content"] == "12" and cut["choices"][0]["finish_reason"] == "length"
 
@@ -392,16 +333,16 @@ def test_classify_failure_names_the_kind(text, expected):
 def test_checkpoint_and_new_step_detection(tmp_path):
     ckpt = tmp_path / run_dir.CHECKPOINTS_DIR
     ckpt.mkdir()
-    assert run_dir.latest_checkpoint(tmp_path) is None
+    assert checkpoints.latest_checkpoint(tmp_path) is None
     (ckpt / run_dir.TRACKER).write_text("5")
-    assert run_dir.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
+    assert checkpoints.latest_checkpoint(tmp_path) is None, "a tracker without its global_step folder"
     (ckpt / "global_step_5").mkdir()
-    assert run_dir.latest_checkpoint(tmp_path) == 5
+    assert checkpoints.latest_checkpoint(tmp_path) == 5
     metrics = tmp_path / "m.jsonl"
     metrics.write_text('{"step": 5, "data": {}}\nnot json\n')
-    assert not run_dir.trained_past(metrics, 5)
+    assert not attempts.trained_past(metrics, 5)
     metrics.write_text('{"step": 6, "data": {}}\n')
-    assert run_dir.trained_past(metrics, 5)
+    assert attempts.trained_past(metrics, 5)
 
 
 def test_controller_tuning_follows_batch_and_cpus():
@@ -432,10 +373,10 @@ def test_agent_without_its_environment_is_a_usage_error():
     assert proc.returncode == 2 and "ARL_ROW" in proc.stderr
 
 
-def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(example_task, tmp_path, runs):
+def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
-    runs.append(out)
-    launch(example_task, out, "--rehearse", env={rehearsal.ORACLE_DELAY_ENV: "2"})
+    run_folders.append(out)
+    launch(example_task, out, "--rehearse", env={oracle_server.ORACLE_DELAY_ENV: "2"})
     st = wait_for(out, lambda s: s.get("status") == "running")
     controller = psutil.Process(st["services"]["controller"]["pid"])
     wait_for(out, lambda s: len(controller.children()) > 0, 30)  # agents live, in their own sessions
@@ -446,11 +387,11 @@ def test_a_controller_that_dies_fails_the_run_and_its_agents_are_cleaned_up(exam
     assert_run_gone(final)
 
 
-def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(example_task, tmp_path, runs):
+def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(example_task, tmp_path, run_folders):
     server = rejecting_endpoint()
     cut_rows(example_task, "test.jsonl", 2)
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     try:
         launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{server.server_address[1]}/v1")
         final = wait_done(out, 60)
@@ -463,7 +404,7 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
 
 
-def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, runs, monkeypatch):
+def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, run_folders, monkeypatch):
     """#18 E.17: tasks/a and tasks/b share the default tasks/outputs. b's start there is refused (exit 4) naming
     a; named on purpose (--output-dir) it starts, with a warning naming a."""
     import shutil
@@ -475,7 +416,7 @@ def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_t
     shutil.copytree(example_task, a)
     shutil.copytree(example_task, b)
     out = tmp_path / "tasks" / "outputs"
-    runs.append(out)
+    run_folders.append(out)
     first = run_script("start_training.sh", "--input-dir", str(a), "--rehearse")
     assert first.returncode == 0, first.stderr
     assert wait_done(out)["status"] == "completed"
@@ -489,13 +430,13 @@ def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_t
     assert wait_done(out)["input_dir"] == str(b)
 
 
-def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, runs):
+def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, run_folders):
     """#18 E.16, E.19, E.20: "8 failed in a row" writes this run's rehearsal.json (the earlier one goes),
     check_status's progress agrees with the failure count, and the hint does not say --resume."""
     server = rejecting_endpoint()
     cut_rows(example_task, "test.jsonl", 12)
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     stale_rehearsal_json(out)
     try:
         launch(example_task, out, "--rehearse", "--model-endpoint", f"http://127.0.0.1:{server.server_address[1]}/v1")
@@ -517,12 +458,12 @@ def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task,
     assert f"rollouts {limit}/12 done, {limit} failed" in text.stdout and "--resume" not in text.stderr, text
 
 
-def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, runs):
+def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_task, tmp_path, run_folders):
     with socket.socket() as sock:  # a port nobody listens on: the gateway answers 502 after its retries
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     launch(example_task, out, "--rehearse", "--model-endpoint", dead)
     wait_for(out, lambda s: (s.get("rollout_failures") or {}).get("failed"), 120)
     live = run_script("check_status.py", "--output-dir", str(out), "--json")
@@ -547,11 +488,11 @@ def test_a_dead_model_endpoint_shows_while_live_and_ends_the_rehearsal(example_t
 
 
 @pytest.mark.parametrize("case", RUN_CASES, ids=lambda c: c.id)
-def test_run_case(case, example_task, tmp_path, runs):
+def test_run_case(case, example_task, tmp_path, run_folders):
     cut_rows(example_task, "test.jsonl", 2)
     case.apply(example_task)
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     launch(example_task, out, "--rehearse")
     st = wait_done(out)
     assert st["status"] == case.status, (st, log_text(out)[-3000:])
@@ -571,7 +512,7 @@ def test_run_case(case, example_task, tmp_path, runs):
     assert_run_gone(st)
 
 
-def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(example_task, tmp_path, runs):
+def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(example_task, tmp_path, run_folders):
     marker = tmp_path / "sitecustomize-ran"
     cut_rows(example_task, "test.jsonl", 2)
     # Before: the gateway imported this random.py at start and died; sitecustomize ran in both services.
@@ -587,7 +528,7 @@ def test_task_folder_reaches_agents_after_the_stdlib_and_never_the_services(exam
     agent_cfg = json.loads((example_task / "agent.json").read_text())
     (example_task / "agent.json").write_text(json.dumps({**agent_cfg, "agent_class": "my_agent:MyAgent"}))
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     launch(example_task, out, "--rehearse")
     st = wait_done(out)
     assert st["status"] == "completed", (st, log_text(out)[-3000:])

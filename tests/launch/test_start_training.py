@@ -16,7 +16,7 @@ import pytest
 from agentic_rl import cli
 from agentic_rl.checks import gpu_select
 from agentic_rl.edge import procs
-from agentic_rl.launch import launcher
+from agentic_rl.launch import launcher, preflight
 from agentic_rl.runs import run_dir
 from conftest import run_script
 from launch_helpers import (
@@ -194,11 +194,11 @@ def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
 
 
 def test_resume_setting_follows_the_overrides():
-    assert launcher.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
-    assert launcher.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
-    assert launcher.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
+    assert preflight.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
+    assert preflight.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
+    assert preflight.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
     with pytest.raises(cli.UserError, match="n_gpus_per_node"):
-        launcher.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
+        preflight.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
 
 
 def test_launcher_picks_free_gpus_in_process_through_nvml(tmp_path, monkeypatch, capsys):
@@ -208,7 +208,7 @@ def test_launcher_picks_free_gpus_in_process_through_nvml(tmp_path, monkeypatch,
     busy = fake_nvml.FakeGpu(utilization=95, memory_used=60 * fake_nvml.GIB)
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([busy, fake_nvml.FakeGpu(), fake_nvml.FakeGpu()]))
     monkeypatch.setattr(gpu_select, "host_cpus", lambda: 16)
-    assert launcher.pick_gpus({}, tmp_path / "config.json", 2) == [1, 2]
+    assert preflight.pick_gpus({}, tmp_path / "config.json", 2) == [1, 2]
     with pytest.raises(cli.UserError) as exc:
-        launcher.pick_gpus({}, tmp_path / "config.json", 3)
+        preflight.pick_gpus({}, tmp_path / "config.json", 3)
     assert exc.value.code == 1 and "need 3 free GPUs, found 2" in exc.value.message

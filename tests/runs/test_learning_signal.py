@@ -10,17 +10,17 @@ import threading
 
 import pytest
 from agentic_rl import task
-from agentic_rl.launch import rehearsal
+from agentic_rl.launch import oracle_server
 from agentic_rl.runs import learning_signal as ls
 from agentic_rl.runs import run_dir, run_health, run_status
 from conftest import run_script
 from launch_helpers import wait_for
-from test_main_rehearsal import launch, log_text, runs, wait_done  # noqa: F401 (runs: a fixture)
+from rehearsal_runs import launch, log_text, wait_done
 
 WRONG = "Answer: 999999"
 
 
-class StandInModel(rehearsal.OracleServer):
+class StandInModel(oracle_server.OracleServer):
     """A model on 127.0.0.1 that answers a row's prompt right with the probability the test set for that
     row. The k-th call for a prompt draws from Random(f"{seed}:{prompt}:{k}"): the draws of a row do not
     depend on the order the concurrent agents call in, so the run is the same every time."""
@@ -184,7 +184,7 @@ P_OF = [1.0] * 4 + [0.0] * 4 + [0.5] * 4  # the 12 rehearsed rows: always right,
 ROWS = 16  # 4 more train rows, not rehearsed
 
 
-def test_rehearsal_against_a_stochastic_model_measures_the_truth_it_was_given(example_task, tmp_path, runs):  # noqa: F811
+def test_rehearsal_against_a_stochastic_model_measures_the_truth_it_was_given(example_task, tmp_path, run_folders):  # noqa: F811
     train = example_task / "train.jsonl"
     lines = train.read_bytes().splitlines(keepends=True)[:ROWS]
     lines[9] = lines[9].rstrip(b"\n") + b"   \r\n"  # odd bytes on a kept row travel unchanged
@@ -202,7 +202,7 @@ def test_rehearsal_against_a_stochastic_model_measures_the_truth_it_was_given(ex
     truth.update({task.render_template(template, r): (task.response_text(r["ground_truth"]), 1.0) for r in tests})
     model = StandInModel(truth, SEED).start()
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     try:
         started = launch(example_task, out, "--rehearse", "--model-endpoint", model.url, "--sample", str(len(P_OF)),
                          "--write-filtered")

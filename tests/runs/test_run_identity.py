@@ -7,7 +7,7 @@ import os
 
 import pytest
 from agentic_rl import files
-from agentic_rl.runs import run_dir
+from agentic_rl.runs import liveness, run_dir
 from lifecycle_faults import FAULTS, Harness
 
 
@@ -97,12 +97,12 @@ def test_a_clock_step_leaves_a_live_run_proved(tmp_path, monkeypatch):
     try:
         rec = run_dir.record_launch(out, pid=job.pid, **procs.process_start(job.pid), run_id="run-clock",
                                     input_dir=tmp_path, config_file=None, mode="rehearse", gpus=None)
-        assert run_dir.assess(out)["alive"]
+        assert liveness.assess(out)["alive"]
         real_boot = psutil.boot_time()
         # the clock stepped by 1 s: /proc/stat's btime, which psutil reads for both, is 1 s later
         monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real_boot + 1.0)
         assert psutil.boot_time() == real_boot + 1.0
-        state = run_dir.assess(out)
+        state = liveness.assess(out)
         assert state["alive"] and state["why"] == "ok", state["why"]
         ok, why = procs.identify(job.pid, rec["proc_start_time"], "run-clock", out)
         assert not ok and "reused" in why

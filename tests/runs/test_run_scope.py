@@ -12,7 +12,7 @@ from pathlib import Path
 import check_status
 import pytest
 from agentic_rl import files
-from agentic_rl.runs import run_dir, run_status
+from agentic_rl.runs import attempts, run_dir, run_status
 from conftest import run_script
 from launch_helpers import wait_done
 
@@ -22,7 +22,7 @@ def start(out: Path, run_id: str, mode: str, steps: dict[int, dict] | None = Non
     and the status naming it."""
     with open(out / run_dir.LOG_FILE, "a") as log:
         log.write(f"=== start_training.sh {run_dir.now_iso()}: run {run_id}, mode {mode}, GPUs none ===\n")
-    attempt, path = run_dir.next_metrics_file(out, run_id, mode)
+    attempt, path = attempts.next_metrics_file(out, run_id, mode)
     with open(path, "a") as fh:
         for step, data in (steps or {}).items():
             fh.write(json.dumps({"step": step, "data": data}) + "\n")
@@ -61,7 +61,7 @@ def test_a_resumed_run_keeps_its_training_history_without_the_rehearsal_between(
     (out / "checkpoints" / run_dir.TRACKER).write_text("4")
     start(out, "run-r", "rehearse", {0: {"val/reward": 0.0}}, judge_errors=5)
     start(out, "run-b", "train", {5: {"training/reward": 0.5}}, judge_errors=1)
-    scope = run_dir.run_scope(out, "run-b")
+    scope = attempts.run_scope(out, "run-b")
     assert scope["attempts"] == [1, 3] and scope["run_ids"] == {"run-a", "run-b"}
     data = run_status.collect(out)
     assert data["progress"]["step"] == 5 and data["latest"]["reward"]["value"] == 0.5
@@ -77,7 +77,7 @@ def test_a_folder_without_records_reads_every_attempt(tmp_path):
     (tmp_path / run_dir.JUDGE_ERRORS_FILE).write_text("{}\n{}\n")
     files.atomic_write_json(tmp_path / run_dir.STATUS_FILE, {"status": "completed", "pid": 999999, "run_id": "x",
                                                              "proc_start_time": 1.0, "mode": "train"})
-    assert run_dir.run_scope(tmp_path, "x") is None
+    assert attempts.run_scope(tmp_path, "x") is None
     data = run_status.collect(tmp_path)
     assert data["latest"]["val_reward"]["value"] == 0.3 and data["judge_errors"] == 2
 
@@ -140,7 +140,7 @@ def test_a_start_waits_for_a_finished_run_to_let_go_of_the_folder(tmp_path, stat
     import sys
 
     from agentic_rl import cli
-    from agentic_rl.launch import launcher
+    from agentic_rl.launch import preflight
 
     run_dir.prepare(tmp_path)
     files.atomic_write_json(tmp_path / run_dir.STATUS_FILE, {"status": status, "pid": 999999, "run_id": "r1",
@@ -153,14 +153,14 @@ def test_a_start_waits_for_a_finished_run_to_let_go_of_the_folder(tmp_path, stat
         if status == "completed":
             import time
             asked = time.monotonic()
-            os.close(launcher.take_lock(tmp_path))
+            os.close(preflight.take_lock(tmp_path))
             # Got it only once the holder let go: that is at its exit, which may not be reapable yet,
             # so check the wait (a lower bound, never flaky) and the holder's normal end.
             assert time.monotonic() - asked > 1.0
             assert holder.wait(timeout=30) == 0
         else:
             with pytest.raises(cli.UserError) as exc:
-                launcher.take_lock(tmp_path)
+                preflight.take_lock(tmp_path)
             assert exc.value.code == 4 and holder.poll() is None
     finally:
         holder.kill()

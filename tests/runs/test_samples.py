@@ -15,10 +15,10 @@ import check_status
 import pytest
 from agentic_rl import cli
 from agentic_rl.edge import agl, procs
-from agentic_rl.launch import rehearsal
-from agentic_rl.runs import run_health, samples
+from agentic_rl.launch import oracle_server
+from agentic_rl.runs import run_health, sample_reader, samples
 from conftest import run_script
-from test_main_rehearsal import cut_rows, launch, log_text, runs, wait_done  # noqa: F401 (runs: a fixture)
+from rehearsal_runs import cut_rows, launch, log_text, wait_done
 
 # --------------------------------------------------------------------------- a rehearsal, for real
 
@@ -33,19 +33,19 @@ def oracle_script(rows: list[dict], train: list[dict]) -> dict:
     return answers
 
 
-def test_rehearsal_samples_show_truncated_identical_and_wrong_answers(example_task, tmp_path, runs):  # noqa: F811
+def test_rehearsal_samples_show_truncated_identical_and_wrong_answers(example_task, tmp_path, run_folders):  # noqa: F811
     cut_rows(example_task, "test.jsonl", 12)
     rows = [json.loads(line) for line in (example_task / "test.jsonl").read_text().splitlines()]
     train_rows = [json.loads(line) for line in (example_task / "train.jsonl").read_text().splitlines()[:2]]
     script = tmp_path / "oracle.json"
     script.write_text(json.dumps(oracle_script(rows, train_rows)))
     out = tmp_path / "out"
-    runs.append(out)
-    launch(example_task, out, "--rehearse", "--sample", "2", env={rehearsal.ORACLE_ANSWERS_ENV: str(script)})
+    run_folders.append(out)
+    launch(example_task, out, "--rehearse", "--sample", "2", env={oracle_server.ORACLE_ANSWERS_ENV: str(script)})
     st = wait_done(out)
     assert st["status"] == "completed", log_text(out)[-3000:]
 
-    every = samples.read(out)
+    every = sample_reader.read(out)
     val = {s["row_id"]: s for s in every if s["split"] == "val"}
     train = [s for s in every if s["split"] == "train"]
     assert set(val) == {r["id"] for r in rows} and len(train) == 8  # 2 rows x rollout.n 4: all kept
@@ -61,7 +61,7 @@ def test_rehearsal_samples_show_truncated_identical_and_wrong_answers(example_ta
     assert val[rows[11]["id"]]["reward"] == 0.0 and val[rows[7]["id"]]["response"] == "I am not sure."
     assert {s["response"] for s in train} == {"I am not sure."} and {s["row_id"] for s in train} == {
         r["id"] for r in train_rows}
-    state = samples.read_state(out)
+    state = sample_reader.read_state(out)
     assert state["kept"] == 20 and state["seen"] == 20 and state["missed"] == 0 and state["val_step"] == 0
 
     # the status view carries the flags only samples show
@@ -129,7 +129,7 @@ def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_
     (pkg / "two_turns.py").write_text(textwrap.dedent(CUSTOM_AGENT))
     out, run_id = tmp_path / "out", f"test-collector-{os.getpid()}"
     questions = {"q-a": "two plus two", "q-b": "three plus three", "q-c": "four plus four", "q-d": "five"}
-    oracle = rehearsal.OracleServer({"sure?": "yes, sure"}).start()
+    oracle = oracle_server.OracleServer({"sure?": "yes, sure"}).start()
     env = agl.service_env(run_id, agl.new_key(), {"PYTHONPATH": os.pathsep.join([str(pkg), str(cli.SCRIPTS_DIR)])})
     gateway = controller = None
     try:
@@ -165,9 +165,9 @@ def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_
         agl.stop_service(gateway, agl.GATEWAY_STOP_S)
         oracle.stop()
         procs.kill_run(run_id, None)
-    got = {s["row_id"]: s for s in samples.read(out)}
+    got = {s["row_id"]: s for s in sample_reader.read(out)}
     assert len(got) == 3 and gone.removeprefix("r-") not in got, got.keys()
-    state = samples.read_state(out)
+    state = sample_reader.read_state(out)
     assert state["gone"] == 1 and state["missed"] == 0 and state["kept"] == 3 and state["seen"] == 3
     for rid, s in got.items():
         assert s["split"] == ("train" if rid in ("q-c", "q-d") else "val") and s["step"] == 5
@@ -217,7 +217,7 @@ def test_a_long_run_keeps_samples_within_the_bound(tmp_path):
             biggest = max(biggest, folder_bytes(tmp_path))
     assert biggest <= samples.MAX_BYTES and folder_bytes(tmp_path) <= samples.MAX_BYTES
     assert (tmp_path / samples.DIR / samples.TRAIN_OLD).exists(), "never rotated: the test wrote too little"
-    every = samples.read(tmp_path)
+    every = sample_reader.read(tmp_path)
     val = [s for s in every if s["split"] == "val"]
     assert {s["step"] for s in val} == {1150, 1200} and sum(s["step"] == 1200 for s in val) == 150
     train_steps = sorted({s["step"] for s in every if s["split"] == "train"})
@@ -225,7 +225,7 @@ def test_a_long_run_keeps_samples_within_the_bound(tmp_path):
     assert 6 <= sum(kept_per_step) / len(kept_per_step) <= 10  # ~TRAIN_PER_STEP of 64, by hash
     one = every[-1]
     assert one["response_cut"] == 2000 and "…[2000 chars cut]…" in one["response"] and one["prompt_cut"] > 0
-    assert samples.read_state(tmp_path)["val_step"] == 1200
+    assert sample_reader.read_state(tmp_path)["val_step"] == 1200
 
 
 def test_a_sample_line_is_bounded_whatever_the_text(tmp_path):
@@ -237,7 +237,7 @@ def test_a_sample_line_is_bounded_whatever_the_text(tmp_path):
         run_id="r", rollout_id="f", split="train", step=None, row_id=None, state="failed", error="exit 1")
     assert failed["prompt"] == "p" and failed["response"] == "" and failed["reward"] is None
     assert failed["error"] == "exit 1" and failed["http_status"] == 400 and failed["model_calls"] == 1
-    assert samples.marks(failed) == ["failed", "empty"]
+    assert sample_reader.marks(failed) == ["failed", "empty"]
 
 
 def test_step_from_verl_file_logger_lines(tmp_path):
@@ -317,10 +317,11 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
     assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
                                    "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
-                                   "'agentic_rl.files', 'agentic_rl.runs.run_dir', 'agentic_rl.runs.run_records', 'agentic_rl.task']")
+                                   "'agentic_rl.files', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.runs.run_records', 'agentic_rl.task', "
+                                   "'agentic_rl.untrusted']")
 
 
-def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs):  # noqa: F811
+def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, run_folders):  # noqa: F811
     """training_job's train path with the trainer past init_workers() faked (tests/fake_trainer.py): the
     collector thread reads the rollouts the real AglRolloutManager creates and deletes."""
     import subprocess
@@ -340,7 +341,7 @@ def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs
     cfg["trainer"].update(total_epochs=1, test_freq=2, save_freq=-1)
     (example_task / "config.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    runs.append(out)
+    run_folders.append(out)
     tests = str(Path(__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cli.SCRIPTS_DIR), tests]), "PYTHONSAFEPATH": "1",
            "ARL_FAKE_TRAINER_TASK": str(example_task)}
@@ -350,10 +351,10 @@ def test_a_training_run_writes_samples_of_each_step(example_task, tmp_path, runs
                            "--", "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=4"],
                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    state = samples.read_state(out)
+    state = sample_reader.read_state(out)
     assert state["seen"] + state["gone"] == 16  # 4 val, 2 x (2 rows x 2), 4 val: each rollout counted once
     assert state["kept"] + state["missed"] == state["seen"] and state["kept"] >= 8, state
-    every = samples.read(out)
+    every = sample_reader.read(out)
     test_ids = {json.loads(line)["id"] for line in (example_task / "test.jsonl").read_text().splitlines()}
     train_ids = {json.loads(line)["id"] for line in (example_task / "train.jsonl").read_text().splitlines()}
     assert {s["step"] for s in every if s["split"] == "val"} <= {0, 2}

@@ -11,9 +11,9 @@ import sys
 import check_status
 import export_model
 import pytest
-from agentic_rl import cli, files
+from agentic_rl import cli, files, untrusted
 from agentic_rl.launch import rehearsal
-from agentic_rl.runs import metrics_reader, run_dir, run_records, run_status, samples
+from agentic_rl.runs import attempts, checkpoints, metrics_reader, run_dir, run_records, run_status, samples
 from conftest import assert_strict_json, run_script
 from defect_cases import METRICS_CASES, SAMPLE_CASES, TERMINAL_ATTACKS, TRACKER_CASES, UNSAFE_CHARS
 from test_check_status import AGL, live_run, write_history, write_status  # noqa: F401 (live_run: a fixture)
@@ -61,7 +61,7 @@ def test_text_views_escape_what_steers_a_terminal_and_json_carries_it_exactly(tm
         assert_nothing_raw(err, f"stderr of {argv}")
         assert "Error: run r1 failed" in err or argv[:1] == ["--watch"]
         if argv[:1] != ["--watch"]:  # the one-line view has no reason; the others show the text, escaped
-            assert cli.visible(text) in out + err
+            assert untrusted.visible(text) in out + err
     assert check_status.main(["--output-dir", str(tmp_path), "--json"]) == 1
     out = capsys.readouterr().out
     assert_nothing_raw(out, "--json stdout")
@@ -89,13 +89,13 @@ def test_a_subprocess_terminal_sees_no_escape_from_a_log_tail_or_a_stop_message(
 
 
 def test_visible_and_json_escapes():
-    assert cli.visible("plain text\n\tand tabs") == "plain text\n\tand tabs"
-    assert cli.visible("é 中文 😀 a\u00a0b") == "é 中文 😀 a\u00a0b"  # letters, emoji and spaces are no controls
-    assert cli.visible("\x1b[2J\x9b\u202e\r\U000e0041") == "\\x1b[2J\\x9b\\u202e\\r\\U000e0041"
+    assert untrusted.visible("plain text\n\tand tabs") == "plain text\n\tand tabs"
+    assert untrusted.visible("é 中文 😀 a\u00a0b") == "é 中文 😀 a\u00a0b"  # letters, emoji and spaces are no controls
+    assert untrusted.visible("\x1b[2J\x9b\u202e\r\U000e0041") == "\\x1b[2J\\x9b\\u202e\\r\\U000e0041"
     every = "".join(TERMINAL_ATTACKS.values()) + "\U000e0041\x7f"
-    text = cli.dumps_json({"t": every})
+    text = untrusted.dumps_json({"t": every})
     assert_nothing_raw(text, "dumps_json")
-    assert json.loads(text) == {"t": every} and json.loads(cli.dumps_json({"t": every}, indent=None)) == {"t": every}
+    assert json.loads(text) == {"t": every} and json.loads(untrusted.dumps_json({"t": every}, indent=None)) == {"t": every}
 
 
 def test_every_cli_writes_through_the_one_escaping_layer(capsys):
@@ -104,7 +104,7 @@ def test_every_cli_writes_through_the_one_escaping_layer(capsys):
     def body(args) -> int:
         print("out \x1b]0;t\x07")
         cli.print_warning("warn \u202e")
-        with cli.raw_output():
+        with untrusted.raw_output():
             print("bar 50%\rbar 100%", file=sys.stderr)
         raise cli.UserError("error \x9b2J", "hint \r")
 
@@ -112,7 +112,7 @@ def test_every_cli_writes_through_the_one_escaping_layer(capsys):
     out, err = capsys.readouterr()
     assert out == "out \\x1b]0;t\\x07\n"
     assert err == "Warning: warn \\u202e\nbar 50%\rbar 100%\nError: error \\x9b2J\nHint: hint \\r\n"
-    assert not isinstance(sys.stdout, cli.Visible) and not isinstance(sys.stderr, cli.Visible)
+    assert not isinstance(sys.stdout, untrusted.Visible) and not isinstance(sys.stderr, untrusted.Visible)
 
 
 # --------------------------------------------------------------------------- C.7 --watch --json
@@ -223,7 +223,7 @@ def test_a_tracker_that_is_no_step_is_named_by_export_and_read_as_none_by_status
     (ckpt / run_dir.TRACKER).write_text(text)
     (ckpt / "global_step_2").mkdir()
     (ckpt / "global_step_²").mkdir()  # a folder name str.isdigit() takes too
-    assert run_dir.checkpoint_steps(tmp_path) == {"latest": None, "steps": [2], "dir": str(ckpt)}
+    assert checkpoints.checkpoint_steps(tmp_path) == {"latest": None, "steps": [2], "dir": str(ckpt)}
     assert check_status.main(["--output-dir", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["data"]["checkpoint"] is None
     assert export_model.main(["--output-dir", str(tmp_path)]) == 1
@@ -254,13 +254,13 @@ def test_every_other_reader_of_o_takes_hostile_records_without_raising(tmp_path,
     assert check_status.main(["--output-dir", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["data"]
     assert data["judge_errors"] == 2 and data["progress"]["step"] == 3 and data["progress"]["rollouts"] is None
-    assert run_dir.next_metrics_file(tmp_path)[0] == 2  # the 240-digit and the Arabic-Indic names are none
+    assert attempts.next_metrics_file(tmp_path)[0] == 2  # the 240-digit and the Arabic-Indic names are none
     (tmp_path / run_dir.SAMPLES_DIR).mkdir()
     (tmp_path / run_dir.SAMPLES_DIR / samples.STATE).write_text(json.dumps({"seen": offset, "val_step": offset}))
     state = samples.Writer(tmp_path, "r2", 8).state
     assert state["seen"] == 0 and state["val_step"] is None
     (tmp_path / "m.jsonl").write_text('{"step": ' + "9" * 400 + '}\n{"step": "7"}\n' + "[" * 100000 + "\n")
-    assert not run_dir.trained_past(tmp_path / "m.jsonl", 3)
+    assert not attempts.trained_past(tmp_path / "m.jsonl", 3)
 
 
 def line_of(step: int) -> str:

@@ -101,7 +101,7 @@ def probe_tools(input_dir: Path, timeout: float = 30.0) -> dict:
     from agentic_rl.checks import judge_probe
 
     with tempfile.TemporaryDirectory(prefix="arl-tools-") as tmp:
-        run = judge_probe._run_child(input_dir, "tools_child_main", [], timeout, tmp, module="checks.agent_rules")
+        run = judge_probe.run_guarded(input_dir, "tools_child_main", [], timeout, tmp, module="checks.agent_rules")
     last = run["events"][-1] if run["events"] else {}
     if run["outcome"] == "timeout":
         last = {"event": "error", "message": f"importing tools.py gave no answer within {timeout:g} s", "where": "tools.py"}

@@ -50,7 +50,7 @@ def _judge_line(tb, judge_path: str) -> str:
     return f"judge.py:{lines[-1]}" if lines else "judge.py"
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."
 
@@ -84,7 +84,7 @@ def child_main() -> int:
              hint="fix the syntax there")
         return 0
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is a finding, SystemExit too
-        emit(event="error", phase="import", message=f"importing judge.py raised {_describe(exc)}",
+        emit(event="error", phase="import", message=f"importing judge.py raised {describe_error(exc)}",
              where=_judge_line(exc.__traceback__, judge_path), hint="run `python judge.py` to see the traceback")
         return 0
     try:
@@ -108,7 +108,7 @@ def child_main() -> int:
             try:
                 value = fn(*args)
             except BaseException as exc:  # noqa: BLE001
-                emit(event="call", kind=kind, seconds=time.perf_counter() - started, error=_describe(exc),
+                emit(event="call", kind=kind, seconds=time.perf_counter() - started, error=describe_error(exc),
                      where=_judge_line(exc.__traceback__, judge_path))
                 continue
             seconds = time.perf_counter() - started
@@ -118,7 +118,7 @@ def child_main() -> int:
                 emit(event="call", kind=kind, seconds=seconds, error=str(exc), where="judge.py")
                 continue
             except Exception as exc:  # noqa: BLE001 - a returned object whose __float__ raises
-                emit(event="call", kind=kind, seconds=seconds, error=f"float() of the result raised {_describe(exc)}",
+                emit(event="call", kind=kind, seconds=seconds, error=f"float() of the result raised {describe_error(exc)}",
                      where="judge.py")
                 continue
             emit(event="call", kind=kind, seconds=seconds, reward=reward)
@@ -188,7 +188,7 @@ def _percentile(values: list[float], q: float) -> float:
 MARKER_ENV = "ARL_PROBE_MARKER"
 
 
-def _run_child(input_dir: Path, entry: str, args: list[str], timeout: float, cwd: str,
+def run_guarded(input_dir: Path, entry: str, args: list[str], timeout: float, cwd: str,
                module: str = "checks.judge_probe") -> dict:
     """Run <module>.<entry>() (judge_probe's, or agent_rules' tools probe) in a child (its own session,
     cwd `cwd`) and read its JSON lines.
@@ -238,7 +238,7 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp:
         rows_file = Path(tmp) / "rows.json"
         rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-        run = _run_child(input_dir, "child_main", [str(rows_file)], timeout, tmp)
+        run = run_guarded(input_dir, "child_main", [str(rows_file)], timeout, tmp)
     events, outcome = run["events"], run["outcome"]
     calls = [e for e in events if e.get("event") == "call"]
     result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": run["exit_code"],
@@ -373,59 +373,4 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
                                     "the response. When the ground truth is no answer itself (unit tests of a "
                                     "code task), give each row a correct answer with --oracle FILE (examples.md, "
                                     "\"The oracle file\")", name))
-    return checks
-
-
-# --------------------------------------------------------------------------- agent.json agent_class
-
-
-def agent_child_main() -> int:
-    """The child of probe_agent_class: argv is INPUT_DIR SPEC. Imports the class as the run's agents
-    do (task.load_agent_class: the task folder after the stdlib) and says done or error."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    input_dir, spec = sys.argv[1], sys.argv[2]
-    try:
-        loaded = task.load_agent_class(spec, input_dir)
-        event = {"event": "done", "class": f"{loaded.__module__}.{loaded.__qualname__}"}
-    except BaseException as exc:  # noqa: BLE001 - user code: SystemExit at import too
-        event = {"event": "error", "message": _describe(exc)}
-    out.write(json.dumps(event, default=repr) + "\n")
-    out.flush()
-    return 0
-
-
-def probe_agent_class(input_dir: Path, spec: str, timeout: float = 30.0) -> dict:
-    """Import agent.json's agent_class in a child, with the judge's guards. Returns _run_child's
-    fields plus "message" (the error) when the outcome is not done.
-
-        >>> from agentic_rl.cli import BUNDLE_DIR
-        >>> probe_agent_class(BUNDLE_DIR / "assets/example", "os:system", timeout=10)["message"]
-        'TypeError: os:system is a builtin_function_or_method, not a class (the controller calls system().run())'
-    """
-    with tempfile.TemporaryDirectory(prefix="arl-agent-") as tmp:
-        run = _run_child(input_dir, "agent_child_main", [spec], timeout, tmp)
-    last = run["events"][-1] if run["events"] else {}
-    if run["outcome"] == "error":
-        run["message"] = last.get("message")
-    elif run["outcome"] == "timeout":
-        run["message"] = f"importing it gave no answer within {timeout:g} s"
-    elif run["outcome"] == "exited":
-        lines = [ln for ln in run["stderr_tail"].splitlines() if ln.strip()]
-        run["message"] = f"the import ended the process (code {run['exit_code']})" + (f": {lines[-1]}" if lines else "")
-    else:
-        run["class"] = last.get("class")
-    return run
-
-
-def agent_class_checks(result: dict, name: str, spec: str) -> list[Check]:
-    where = f"{name}:agent_class"
-    checks = guard_checks(result, name, where, f"importing agent_class {spec}")
-    if result["outcome"] != "done":
-        checks.insert(0, Check(name, "fail", f"agent_class {spec!r} cannot be used: {result['message']}",
-                               "name an importable class with a run() method, constructed without arguments: a "
-                               "module in the task folder or installed (e.g. \"my_agents:SolverAgent\" for "
-                               "my_agents.py), or remove agent_class to use the bundled agent", where))
-    elif not checks:
-        checks.append(Check(name, "ok", f"agent_class {spec} imports: {result['class']}", where=where))
     return checks

@@ -19,7 +19,7 @@ import re
 import shlex
 from pathlib import Path
 
-from agentic_rl import cli, files
+from agentic_rl import files, untrusted
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
 
 SOURCE_FILE = ".arl-source.json"  # {"repo_id": ..., "commit": ...}: written into every downloaded folder
@@ -99,7 +99,7 @@ def download(name: str, local_dir: Path) -> Path:
         check_reuse(name, local_dir)
     command = download_command(name, local_dir)
     try:
-        with cli.raw_output():  # the Hub's progress bars redraw with \r: the one writer Visible lets through
+        with untrusted.raw_output():  # the Hub's progress bars redraw with \r: the one writer Visible lets through
             folder = Path(snapshot_download(repo_id=name, local_dir=str(local_dir))).resolve()
     except GatedRepoError as exc:  # before RepositoryNotFoundError: it is one of them
         raise UserError(f"the Hub refuses {name!r} without access: {_first_line(exc)}",

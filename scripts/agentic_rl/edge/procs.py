@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import psutil
 
@@ -335,40 +333,6 @@ def signal_pid(pid: int, sig: int) -> bool:
 def signal_self(sig: int) -> None:
     """Deliver sig to this process (the job's watchdog thread interrupts its main thread this way)."""
     os.kill(os.getpid(), sig)
-
-
-# Exceptions a signal handler raises, by type: what re-arms the handler before the signal is sent again.
-_REDELIVER: dict[type, Callable[[BaseException], None]] = {}
-_HOOK_BEFORE: list = []
-
-
-def redeliver_if_swallowed(kind: type, rearm: Callable[[BaseException], None]) -> None:
-    """A signal handler's exception that is raised while a weakref callback, a __del__ or a GC callback runs is
-    dropped by Python ("Exception ignored in ..."), and the stop it stands for is lost: a SIGTERM that came
-    during an import left a rehearsal running with its handler disarmed. From now on an exception of kind
-    (with .signum) dropped that way calls rearm(exc), then sends the signal to this process again 50 ms
-    later, so that the handler raises it at an ordinary line of the main thread."""
-    _REDELIVER[kind] = rearm
-    if sys.unraisablehook is not _unraisable:
-        _HOOK_BEFORE[:] = [sys.unraisablehook]
-        sys.unraisablehook = _unraisable
-
-
-def forget_swallowed(kind: type) -> None:
-    _REDELIVER.pop(kind, None)
-
-
-def _unraisable(unraisable) -> None:
-    exc = unraisable.exc_value
-    for kind, rearm in list(_REDELIVER.items()):
-        if isinstance(exc, kind) and isinstance(getattr(exc, "signum", None), int):
-            rearm(exc)
-            # Not from here: a signal sent now is handled before this hook returns, and dropped again.
-            later = threading.Timer(0.05, signal_self, (exc.signum,))
-            later.daemon = True
-            later.start()
-            return
-    (_HOOK_BEFORE[0] if _HOOK_BEFORE else sys.__unraisablehook__)(unraisable)
 
 
 def run_in_own_group(cmd: list[str], *, stop_timeout: float = 10.0, **popen) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from agentic_rl import cli, files, task
 from agentic_rl.checks import model_files
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
-from agentic_rl.runs import failures, run_dir, run_records
+from agentic_rl.runs import checkpoints, failures, liveness, run_dir, run_records
 
 EXPORT_DIR = run_dir.EXPORT_DIR
 ADAPTER_DIR = "lora_adapter"  # where VERL's merger puts a LoRA adapter inside the target
@@ -37,20 +37,20 @@ def parse_step(text: str) -> int | None:
     return step
 
 
-step_folders = run_dir.step_folders
+step_folders = checkpoints.step_folders
 
 
 def run_state(output_dir: Path) -> dict:
-    """Whether a run lives in O: run_dir.assess's proof (pid + start time + run id), run-id carriers, or
+    """Whether a run lives in O: liveness.assess's proof (pid + start time + run id), run-id carriers, or
     processes of a run whose folder this path replaced."""
-    state = run_dir.assess(output_dir)
+    state = liveness.assess(output_dir)
     return {"live": bool(state["alive"] or state["carriers"] or state["strays"]), "status": state["status"],
             "run_id": state["run_id"], "pid": state["pid"]}
 
 
 def tracker_step(ckpt_dir: Path) -> int | None:
     """The step the tracker names (None when there is no tracker); a garbled tracker is an error."""
-    step, text = run_dir.read_tracker(ckpt_dir)
+    step, text = checkpoints.read_tracker(ckpt_dir)
     if text is not None:
         raise UserError(f"{ckpt_dir / run_dir.TRACKER}: not a step number: {text[:40]!r}",
                         "VERL writes the last saved step there; pass --step N for a global_step_N folder you "

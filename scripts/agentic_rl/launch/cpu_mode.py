@@ -132,10 +132,10 @@ def write_oracle(script_file: str, rows: list[dict], template: str, path: Path) 
     """--cpu-steps --oracle FILE: {rendered prompt: turns} for the rows FILE has a line for, written to
     path for the CPU rollout server (edge/cpu/forced_turns.py), which forces those turns; the change to record."""
     from agentic_rl import files, oracle_turns
-    from agentic_rl.launch import rehearsal
+    from agentic_rl.launch import oracle_server
 
     script = oracle_turns.load(script_file)
-    answers = rehearsal.oracle_answers([r for r in rows if str(r.get("id")) in script], template, None, script)
+    answers = oracle_server.oracle_answers([r for r in rows if str(r.get("id")) in script], template, None, script)
     files.atomic_write_json(path, answers)
     return {"key": ORACLE_KEY, "from": None, "to": str(path)}
 

@@ -52,7 +52,7 @@ from typing import Any
 from agentic_rl import cli, files, task
 from agentic_rl.checks import config_values
 from agentic_rl.launch import rehearsal
-from agentic_rl.runs import run_dir
+from agentic_rl.runs import attempts, checkpoints, run_dir
 
 BUNDLED_AGENT = "agentic_rl.agents.template:TemplateJudgeAgent"
 TOOL_AGENT = "agentic_rl.agents.tool_agent:ToolAgent"
@@ -111,12 +111,12 @@ def row_env_paths(env_map: dict) -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
-    from agentic_rl.checks import task_checks
+    from agentic_rl.checks import jsonl_checks
 
     out = []
     for name in ("train.jsonl", "test.jsonl"):
         rows = []
-        for lineno, row, defect in task_checks.iter_jsonl(input_dir / name):
+        for lineno, row, defect in jsonl_checks.iter_jsonl(input_dir / name):
             if defect:
                 raise Failure("preflight", f"{name}:{lineno}: {defect}")
             rows.append(row)
@@ -210,17 +210,17 @@ def agent_class_for(input_dir: Path, agent: dict) -> str:
 
 def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
     """(resume_mode to force or None to keep the user's, step resumed from)."""
-    step = run_dir.latest_checkpoint(output_dir)
+    step = checkpoints.latest_checkpoint(output_dir)
     if resume:
         if step is None:
-            error = run_dir.nothing_to_resume(output_dir, config_values.effective(user_cfg, "trainer.save_freq"),
+            error = checkpoints.nothing_to_resume(output_dir, config_values.effective(user_cfg, "trainer.save_freq"),
                                               "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None)
             raise Failure("config", error.message)
         return "auto", step
     if config_values.explicit(user_cfg, overrides, "trainer.resume_mode"):
         return None, None
     if step is not None and not rehearse:
-        raise Failure("config", f"{run_dir.checkpoints_dir(output_dir)} holds global_step_{step} from an earlier run: pass --resume to "
+        raise Failure("config", f"{checkpoints.checkpoints_dir(output_dir)} holds global_step_{step} from an earlier run: pass --resume to "
                                 "continue it, or use a new --output-dir (a fresh start would mix both runs)")
     return "disable", None
 
@@ -230,7 +230,7 @@ def refuse_nothing_left(out: Path, resumed_from: int, steps: int, cpu: bool) -> 
     would load them, save nothing and end), with what to raise to train further."""
     more = (f"--cpu-steps {resumed_from + 1} or more" if cpu else
             "trainer.total_epochs (or trainer.total_training_steps) in config.json or after `--`")
-    raise cli.UserError(f"nothing left to train: {run_dir.checkpoints_dir(out)} holds global_step_{resumed_from} and "
+    raise cli.UserError(f"nothing left to train: {checkpoints.checkpoints_dir(out)} holds global_step_{resumed_from} and "
                         f"this run has {steps} steps in all",
                         f"to train past step {resumed_from}, start with --resume and {more}; "
                         f"to export what it learned: python scripts/export_model.py --output-dir {shlex.quote(str(out))}")
@@ -254,7 +254,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse)
     agent = task.load_agent_config(run.input_dir)
     model = resolve_model(agent["model_name"], rehearse)
-    attempt, metrics_file = run_dir.next_metrics_file(out, run.run_id, run.mode)
+    attempt, metrics_file = attempts.next_metrics_file(out, run.run_id, run.mode)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     _set(cfg, "actor_rollout_ref.model.path", model)
     check_context(model, cfg, agent_class_for(run.input_dir, agent) != BUNDLED_AGENT)

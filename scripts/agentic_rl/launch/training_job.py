@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Step 7's background job: preflight, config, gateway + controller, then VERL training or the rehearsal.
 
+Over 400 lines because Run is one state machine (status, signals, services, the run, its end) whose steps
+share its fields and its order of shutdown; what the job does as a process (lock, launch record, helper
+thread) lives in job_process.py, its config in job_config.py.
+
 Usage: python -m agentic_rl.launch.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
                [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
                [-- HYDRA.OVERRIDES ...]
@@ -34,19 +38,25 @@ Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from agentic_rl import cli, files, oracle_turns, task
 from agentic_rl.cli import UserError
-from agentic_rl.edge import agl, procs
-from agentic_rl.launch import job_config, rehearsal
-from agentic_rl.runs import failures, learning_signal, run_dir, samples
+from agentic_rl.edge import agl, procs, signals
+from agentic_rl.launch import job_config, oracle_server, rehearsal
+from agentic_rl.launch.job_process import (
+    hold_lock,
+    in_helper_thread,
+    init_status,
+    log,
+    refuse_foreign_run_id,
+    wait_for_launch_record,
+)
+from agentic_rl.runs import attempts, failures, learning_signal, run_dir, samples
 
 Failure = job_config.Failure
 
@@ -57,69 +67,6 @@ class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
-
-
-def log(message: str) -> None:
-    try:
-        print(f"[main] {message}", flush=True)
-    except OSError:  # training.log on a full disk: the status record, written from the reserve, says why
-        pass
-
-
-def hold_lock(output_dir: Path) -> bool:
-    """Keep O/training.lock for our whole life. True when the launcher handed it over (ARL_LOCK_FD)."""
-    lock_path = output_dir / run_dir.LOCK_FILE
-    handed = os.environ.pop(run_dir.LOCK_FD_ENV, "")
-    if handed.isdigit():
-        fd = int(handed)
-        try:
-            held = os.fstat(fd)
-        except OSError:
-            held = None
-        if held is not None:
-            try:
-                same = os.path.samestat(held, os.stat(lock_path))
-            except OSError:
-                same = False
-            if not same:  # the folder the launcher locked is gone: never take the lock of its successor
-                raise UserError(f"{output_dir} was deleted or replaced between the launch and the job's start",
-                                "start the run again", cli.EXIT_CONFLICT)
-            os.set_inheritable(fd, False)  # the services and agents must not hold it past us
-            run_dir.claim(output_dir, fd)
-            return True
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        st = run_dir.read_status(output_dir) or {}
-        raise UserError(f"{output_dir} is locked by another run (pid {st.get('pid')}, status {st.get('status')})",
-                        "stop it with stop_training.py, or use another --output-dir", cli.EXIT_CONFLICT) from None
-    run_dir.claim(output_dir, fd)
-    return False
-
-
-def wait_for_launch_record() -> None:
-    """Block until the launcher has written our launch record: it closes its end of this pipe after."""
-    handed = os.environ.pop(run_dir.LAUNCH_FD_ENV, "")
-    if handed.isdigit():
-        fd = int(handed)
-        try:
-            while os.read(fd, 1):
-                pass
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-def init_status(output_dir: Path, handed_over: bool, fields: dict) -> None:
-    """Started by the launcher: its record is there. By hand: write our own launch record. Then add fields."""
-    if not handed_over or (run_dir.read_status(output_dir) or {}).get("pid") != os.getpid():
-        run_dir.record_launch(output_dir, pid=os.getpid(), **procs.process_start(os.getpid()),
-                              run_id=fields["run_id"], input_dir=Path(fields["input_dir"]),
-                              config_file=fields["config_file"], mode=fields["mode"], gpus=fields["gpus"])
-    run_dir.update_status(output_dir, **fields)
 
 
 class Run:
@@ -179,7 +126,7 @@ class Run:
     def arm_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, self._on_signal)
-        procs.redeliver_if_swallowed(Interrupted, self._rearm)
+        signals.redeliver_if_swallowed(Interrupted, self._rearm)
 
     def execute(self) -> int:
         self.arm_signals()
@@ -228,7 +175,7 @@ class Run:
         if isinstance(exc, UserError):
             cli.print_error(exc.message, exc.hint)
             exc = Failure("preflight", exc.message, exc.code)
-        disk_full = run_dir.is_disk_full(exc)
+        disk_full = files.is_disk_full(exc)
         if not isinstance(exc, Failure):
             import traceback
 
@@ -241,7 +188,7 @@ class Run:
                 f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"))
         final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
         if disk_full or self.disk_full_now(exc.reason):
-            message, hint = run_dir.disk_full_message(self.output_dir)
+            message, hint = files.disk_full_message(self.output_dir)
             final.update(reason=f"{message}: {exc.reason}"[:600], hint=hint)
         return exc.code, final
 
@@ -250,7 +197,7 @@ class Run:
         names the disk as its cause: the reason says ENOSPC, or O's filesystem has no room left."""
         if "No space left on device" in reason or "Disk quota exceeded" in reason:
             return True
-        free = run_dir.free_bytes(self.output_dir)
+        free = files.free_bytes(self.output_dir)
         return free is not None and free < run_dir.RESERVE_BYTES
 
     def start_services(self, plan) -> None:
@@ -319,8 +266,8 @@ class Run:
         if not endpoint:
             template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
             script = oracle_turns.load(self.args.oracle) if self.args.oracle else None
-            answers = rehearsal.oracle_answers(test_rows + sample, template, rehearsal.oracle_overrides(), script)
-            self.oracle = rehearsal.OracleServer(answers, rehearsal.oracle_delay()).start()
+            answers = oracle_server.oracle_answers(test_rows + sample, template, oracle_server.oracle_overrides(), script)
+            self.oracle = oracle_server.OracleServer(answers, oracle_server.oracle_delay()).start()
             endpoint = self.oracle.url
         planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),
                                  plan.tuning["maximum_size"], self.args.model_endpoint,
@@ -334,7 +281,7 @@ class Run:
         try:
             out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, plan.wrap, writer)
         except OSError as exc:
-            if run_dir.is_disk_full(exc):
+            if files.is_disk_full(exc):
                 raise Failure("disk", f"writing the rehearsal's samples failed: {exc}") from None
             raise Failure("rehearsal", f"talking to the gateway failed: {exc}") from None
         except rehearsal.TooManyFailures as stop:
@@ -355,7 +302,7 @@ class Run:
                     rep["learning_signal"], train_rows)
             rehearsal.write_outputs(self.output_dir, plan.metrics_file, rep)
         except OSError as exc:
-            if run_dir.is_disk_full(exc):
+            if files.is_disk_full(exc):
                 raise Failure("disk", f"writing {run_dir.REHEARSAL_FILE} failed: {exc}") from None
             raise
         tools = f", {rep['tool_calls']} tool calls ({rep['tool_errors']} failed)" if rep["tool_calls"] else ""
@@ -411,7 +358,7 @@ class Run:
             raise Failure("trainer", reason) from None
         finally:
             collector.stop()  # reads the last rollouts while the gateway is still up
-        if plan.resumed_from is not None and not run_dir.trained_past(plan.metrics_file, plan.resumed_from):
+        if plan.resumed_from is not None and not attempts.trained_past(plan.metrics_file, plan.resumed_from):
             raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
                                      "total_training_steps already done?)")
 
@@ -457,57 +404,6 @@ class Run:
         for node, left in by_node.items():
             log(f"node {node}: {'nothing of the run left' if left == [] else f'left: {left}'}")
         return by_node
-
-
-def refuse_foreign_run_id(run_id: str, output_dir: Path) -> None:
-    """A run id that a live process of another folder carries is that folder's run: this job would share
-    its identity (and its clean-up would find that run's processes). Refuse it before anything starts."""
-    others = procs.other_folders(run_id, output_dir, [os.getpid(), os.getppid()])
-    if others:
-        folders = sorted({str(f) for f in others.values()})
-        raise UserError(f"run id {run_id} belongs to a live run of another folder ({', '.join(folders)}: pids "
-                        f"{sorted(others)}); {output_dir} cannot take it",
-                        "leave out --run-id (and EVO_RUN_ID): a new run gets a new id", cli.EXIT_CONFLICT)
-
-
-def in_helper_thread(fn, *args) -> None:
-    """fn(*args) in a helper thread while the main thread waits, and its exception raised here.
-
-    run_ppo calls ray.init, which from the main thread replaces our SIGTERM handler with its own
-    sys.exit; a stop that then lands inside ray.get makes ray.shutdown abort the process (Ray 2.60),
-    so the gateway and the run's other processes were left behind. From another thread ray.init leaves
-    the handlers alone: SIGTERM/SIGINT/SIGUSR1 reach _on_signal here and shutdown runs in order.
-    The thread never ends (it is a daemon, gone with the process): Ray starts its GCS and raylet with
-    PR_SET_PDEATHSIG, which the kernel fires when the *thread* that started them exits, and a raylet
-    killed under the driver makes Ray exit the whole job before its clean-up."""
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:  # handed to the main thread
-            failure.append(exc)
-        finally:
-            done.set()
-        threading.Event().wait()  # keep Ray's children alive until the main thread has shut Ray down
-
-    threading.Thread(target=target, name="trainer", daemon=True).start()
-    while not done.wait(0.5):
-        reclaim_signals()
-    if failure:
-        raise failure[0]
-
-
-def reclaim_signals() -> None:
-    """Put our SIGTERM/SIGINT/SIGUSR1 handlers back (main thread only). A driver that joins an existing
-    Ray cluster gets absl's failure signal handler installed over SIGTERM by Ray's core worker: a stop
-    then killed the job on the spot (`*** SIGTERM received ***`), its status left `running` and its
-    gateway alive. Re-installing the Python handler keeps a stop going through shutdown in order."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        handler = signal.getsignal(sig)
-        if callable(handler):
-            signal.signal(sig, handler)
 
 
 def build_parser() -> cli.ArgumentParser:

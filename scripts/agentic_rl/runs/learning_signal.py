@@ -219,7 +219,7 @@ def write_filtered(train_path: Path, target: Path, sig: dict, rows: list[dict]) 
     def lines():
         with open(train_path, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():  # not a row (task_checks.iter_jsonl skips it too): kept as it is
+                if not raw.strip():  # not a row (jsonl_checks.iter_jsonl skips it too): kept as it is
                     yield raw
                     continue
                 row = counts["rows"]

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from agentic_rl.runs import run_dir, run_records
+from agentic_rl.runs.attempts import attempt_number
 
 # Both key families (stock VERL, Agent Lightning's loop); where a step has both, the first named wins.
 KEYS = {
@@ -41,9 +42,9 @@ NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-fini
 
 def attempt_files(output_dir: Path, attempts: list[int] | None = None) -> list[Path]:
     """The attempts' metrics files, oldest first (by number: attempt-10000 follows attempt-9999); with
-    attempts (run_dir.run_scope's), only those."""
+    attempts (attempts.run_scope's), only those."""
     numbered = [(n, p) for p in (Path(output_dir) / run_dir.METRICS_DIR).glob("attempt-*.jsonl")
-                if (n := run_dir.attempt_number(p.name)) is not None and (attempts is None or n in attempts)]
+                if (n := attempt_number(p.name)) is not None and (attempts is None or n in attempts)]
     files = [p for _, p in sorted(numbered)]
     legacy = Path(output_dir) / run_dir.METRICS_FILE
     if attempts is None and legacy.is_file() and not legacy.is_symlink():
@@ -194,7 +195,7 @@ def load_history(output_dir: Path, attempts: list[int] | None = None) -> History
     """[{"step", "data", "attempt"}] in step order; a bad line or value (run_records' rules) is skipped and
     counted in .skipped; a partial last line is read again next time. Steps keep only the keys the summary
     reads (SUMMARY_KEYS, and the dropped counts and NAN_KEYS the run logs).
-    attempts: only these (run_dir.run_scope's); None: every attempt."""
+    attempts: only these (attempts.run_scope's); None: every attempt."""
     return HistoryReader(output_dir, attempts).read()
 
 

@@ -1,5 +1,7 @@
 """The one owner of a run's output folder (EVO_OUTPUT_DIR, "O"): every name under it, the
-training.status record (schema: references/run-folder.md), liveness, checkpoints and the resume rule.
+training.status record (schema: references/run-folder.md), the launch record, liveness and a full disk.
+Its siblings read what it names: checkpoints.py (VERL's checkpoints and the resume rule), attempts.py
+(the metrics attempts and a run's scope).
 
 Everything else asks this module; nothing else spells a file name under O. The status record has
 one writer API, `update_status`, which merges fields atomically and rejects a field that is not in
@@ -14,23 +16,21 @@ for the run, and the job writes nothing into a folder that replaced its own (`cl
     >>> out = Path(tempfile.mkdtemp())
     >>> update_status(out, status="starting", run_id="run-1")["status"]
     'starting'
-    >>> latest_checkpoint(out) is None
-    True
+    >>> read_status(out)["run_id"]
+    'run-1'
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl import files
+from agentic_rl.cli import EXIT_USAGE, UserError
 from agentic_rl.files import atomic_write_json, atomic_write_text
-from agentic_rl.runs import run_records
 
 # --------------------------------------------------------------------------- names under O
 
@@ -233,7 +233,7 @@ def update_status(output_dir: str | os.PathLike, /, **fields: Any) -> dict:
     try:
         atomic_write_json(Path(output_dir) / STATUS_FILE, status)
     except OSError as exc:
-        if not is_disk_full(exc) or not release_reserve(output_dir):
+        if not files.is_disk_full(exc) or not release_reserve(output_dir):
             raise
         atomic_write_json(Path(output_dir) / STATUS_FILE, status)
     _LAST_WRITTEN[key] = status
@@ -342,35 +342,6 @@ def foreign_record(output_dir: Path, record: dict) -> str | None:
 # --------------------------------------------------------------------------- a full disk
 
 
-def is_disk_full(exc: BaseException | None) -> bool:
-    """Whether exc, or an exception it was raised from, is ENOSPC or EDQUOT."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-def free_bytes(path: str | os.PathLike) -> int | None:
-    path = Path(path)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
-
-
-def disk_full_message(output_dir: Path) -> tuple[str, str]:
-    """(message, hint) naming the folder and the free space left on its filesystem."""
-    free = free_bytes(output_dir)
-    shown = "unknown" if free is None else f"{free / 2**20:.1f} MiB" if free >= 2**20 else f"{free} bytes"
-    return (f"no space left on the device of {output_dir} ({shown} free)",
-            f"free space on that filesystem (df -h {output_dir}), or pass another --output-dir; then start again "
-            "(--resume continues from the last checkpoint)")
-
-
 def _write_reserve(output_dir: Path) -> None:
     path = output_dir / RESERVE_FILE
     if path.is_file() and path.stat().st_size >= RESERVE_BYTES:
@@ -413,68 +384,6 @@ def release_pid_file(output_dir: Path, pid: int) -> None:
         pass
 
 
-def assess(output_dir: Path) -> dict:
-    """What training.status in O says, and what is really alive, as one dict:
-
-    found (a record, readable or damaged, or a live lock holder), alive (the job proved: pid, start time
-    and run id, in this very folder), why, pid, pgid, run_id, status, record, carriers (other pids carrying
-    the run id and ARL_OUTPUT_DIR=O), strays ({pid: run_id} of processes carrying ARL_OUTPUT_DIR=O that are not this record's
-    run: a run whose folder was deleted or replaced under it), damaged and foreign (why the record cannot
-    be trusted / belongs to another folder), source ("status", or "lock" when the job was found as the
-    holder of O/training.lock because the record was damaged or missing) and state (the job's process state).
-    """
-    from agentic_rl.edge import procs
-
-    output_dir = Path(output_dir)
-    st, damaged = load_status(output_dir)
-    skip = {os.getpid(), os.getppid()}
-    in_dir = {p.pid: procs.process_run_id(p) for p in procs.find_processes(RUN_DIR_ENV, str(output_dir), skip)}
-    state = {"found": st is not None or damaged is not None, "alive": False, "why": damaged or "no training.status",
-             "pid": None, "pgid": None, "run_id": None, "status": None, "record": st or {}, "carriers": [],
-             "strays": {}, "damaged": damaged, "foreign": None, "source": "status", "state": None}
-    if st is not None and not damaged:
-        pid, run_id = st.get("pid"), st.get("run_id")
-        state.update(pid=pid, pgid=st.get("pgid"), run_id=run_id, status=st.get("status"))
-        state["foreign"] = foreign_record(output_dir, st)
-        if state["foreign"]:
-            state["why"] = state["foreign"]
-        else:
-            state["alive"], state["why"] = procs.identify(pid, st.get("proc_start_time"), run_id, output_dir,
-                                                            st.get("proc_since_boot"))
-    else:
-        holder = _lock_holder(output_dir, in_dir)
-        if holder is not None:  # the record is damaged or gone, but the job of this folder is alive
-            pid, run_id = holder
-            state.update(found=True, alive=True, why="ok", pid=pid, pgid=procs.group_of(pid), run_id=run_id,
-                         source="lock", record={"pid": pid, "pgid": procs.group_of(pid), "run_id": run_id,
-                                                **procs.process_start(pid),
-                                                "output_dir": str(output_dir), "dir_id": folder_id(output_dir)})
-    run_id = state["run_id"]
-    if run_id and not state["foreign"]:
-        mine = {state["pid"]} if state["alive"] else set()
-        # the id AND this folder: a record naming another folder's run id never makes that run ours
-        state["carriers"] = [p.pid for p in procs.find_run_processes(run_id, skip | mine, output_dir)]
-    state["strays"] = {pid: rid for pid, rid in in_dir.items()
-                       if (rid != run_id or state["foreign"]) and pid != state["pid"]}
-    if state["alive"]:
-        state["state"] = procs.process_state(state["pid"])
-    return state
-
-
-def _lock_holder(output_dir: Path, in_dir: dict[int, str | None]) -> tuple[int, str] | None:
-    """(pid, run_id) of the process that carries ARL_OUTPUT_DIR=O and holds O/training.lock open as it is on
-    disk now: the job of this folder, proved without training.status."""
-    from agentic_rl.edge import procs
-
-    lock = folder_id(output_dir / LOCK_FILE)
-    if lock is None:
-        return None
-    for pid, run_id in sorted(in_dir.items()):
-        if run_id and procs.holds_file(pid, *lock):
-            return pid, run_id
-    return None
-
-
 def log_tail(output_dir: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
     """The last max_bytes of training.log, decoded (for failure reasons)."""
     try:
@@ -483,161 +392,3 @@ def log_tail(output_dir: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-# --------------------------------------------------------------------------- metrics attempts
-
-
-def attempt_number(name: str, suffix: str = ".jsonl") -> int | None:
-    """N of a file named attempt-N<suffix> in O/metrics (run_records.step_text's digits), else None."""
-    if not (name.startswith("attempt-") and name.endswith(suffix)):
-        return None
-    return run_records.step_text(name[len("attempt-"):len(name) - len(suffix)])
-
-
-def next_metrics_file(output_dir: Path, run_id: str | None = None, mode: str | None = None) -> tuple[int, Path]:
-    """A new metrics/attempt-NNNN.jsonl for this start, and O/metrics.jsonl pointing at it. With run_id, its
-    record attempt-NNNN.run.json too: whose attempt it is, and whether it continues the checkpoints' run."""
-    mdir = output_dir / METRICS_DIR
-    mdir.mkdir(parents=True, exist_ok=True)
-    numbers = [n for p in mdir.glob("attempt-*.jsonl") if (n := attempt_number(p.name)) is not None]
-    attempt = max(numbers, default=0) + 1
-    path = mdir / f"attempt-{attempt:04d}.jsonl"
-    if run_id:
-        try:
-            judge_offset = (output_dir / JUDGE_ERRORS_FILE).stat().st_size
-        except OSError:
-            judge_offset = 0
-        # A training start in a folder with a checkpoint resumes it (the launcher refuses a fresh one there).
-        atomic_write_json(mdir / f"attempt-{attempt:04d}{ATTEMPT_RECORD_SUFFIX}", {
-            "run_id": run_id, "mode": mode, "continues": mode == "train" and latest_checkpoint(output_dir) is not None,
-            "judge_errors_offset": judge_offset})
-    path.touch()
-    link, tmp = output_dir / METRICS_FILE, output_dir / f".{METRICS_FILE}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(Path(METRICS_DIR) / path.name)
-    os.replace(tmp, link)
-    return attempt, path
-
-
-def attempt_records(output_dir: Path) -> dict[int, dict]:
-    """{attempt number: its record} for the attempts that have one (folders from before records have none)."""
-    out = {}
-    for path in (Path(output_dir) / METRICS_DIR).glob(f"attempt-*{ATTEMPT_RECORD_SUFFIX}"):
-        n = attempt_number(path.name, ATTEMPT_RECORD_SUFFIX)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8")) if n is not None else None
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(record, dict):
-            out[n] = run_records.attempt_fields(record)
-    return out
-
-
-def run_scope(output_dir: Path, run_id: str | None) -> dict | None:
-    """What of O is this run's: {"attempts": [n, ...] oldest first, "run_ids": {...}, "judge_errors": [(start,
-    end or None), ...] byte ranges of judge_errors.jsonl}. Its own attempt, and when it continues a training
-    run from its checkpoints (--resume), that run's attempts back to its fresh start, rehearsals between them
-    left out. A fresh run in a reused folder shows nothing of an older run. None: no attempt has a record
-    (a folder from before records): everything counts."""
-    records = attempt_records(output_dir)
-    if not records:
-        return None
-    mine = sorted(n for n, r in records.items() if r.get("run_id") == run_id)
-    chosen = list(mine)
-    if mine and records[mine[0]].get("continues"):
-        for n in range(mine[0] - 1, 0, -1):
-            record = records.get(n)
-            if record is not None and record.get("mode") == "rehearse":
-                continue
-            chosen.insert(0, n)
-            if record is not None and not record.get("continues"):
-                break
-    later = sorted(records)
-    ranges = []
-    for n in chosen:
-        if n in records:
-            after = [m for m in later if m > n]
-            ranges.append((records[n].get("judge_errors_offset") or 0,
-                           records[after[0]].get("judge_errors_offset") if after else None))
-    return {"attempts": chosen, "run_ids": {records[n].get("run_id") for n in chosen if n in records} | {run_id},
-            "judge_errors": ranges}
-
-
-def trained_past(metrics_file: Path, step: int) -> bool:
-    """Whether this attempt's metrics file logged any step after `step` (verl PR#5725: a resumed run
-    that had nothing left to do exits 0 without a step)."""
-    try:
-        with open(metrics_file, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue
-                logged = run_records.step(rec.get("step")) if isinstance(rec, dict) else None
-                if logged is not None and logged > step:
-                    return True
-    except OSError:
-        return False
-    return False
-
-
-# --------------------------------------------------------------------------- checkpoints and resume
-
-
-def checkpoints_dir(output_dir: Path) -> Path:
-    return Path(output_dir) / CHECKPOINTS_DIR
-
-
-def read_tracker(ckpt_dir: Path) -> tuple[int | None, str | None]:
-    """(step, text): the step VERL's tracker file names (None: no tracker, or not a step number); text is
-    what the file holds when it is not a step number (run_records.step_text: ASCII digits, in range)."""
-    try:
-        text = (Path(ckpt_dir) / TRACKER).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None, None
-    step = run_records.step_text(text)
-    return step, None if step is not None else text.strip()
-
-
-def latest_checkpoint(output_dir: Path) -> int | None:
-    """The step in VERL's tracker file when its global_step_N folder exists."""
-    ckpt = checkpoints_dir(output_dir)
-    step = read_tracker(ckpt)[0]
-    return step if step is not None and (ckpt / f"global_step_{step}").is_dir() else None
-
-
-def step_folders(ckpt_dir: Path) -> list[int]:
-    """The steps of the global_step_N folders in ckpt_dir, in order (a name that is no step is not one)."""
-    try:
-        names = [p.name for p in Path(ckpt_dir).iterdir() if p.name.startswith("global_step_") and p.is_dir()]
-    except OSError:
-        return []
-    return sorted(s for name in names if (s := run_records.step_text(name.removeprefix("global_step_"))) is not None)
-
-
-def checkpoint_steps(output_dir: Path) -> dict:
-    """{latest, steps, dir}: the tracker's step and every global_step_N folder present."""
-    ckpt = checkpoints_dir(output_dir)
-    return {"latest": latest_checkpoint(output_dir), "steps": step_folders(ckpt), "dir": str(ckpt)}
-
-
-def saves_no_checkpoints(save_freq: Any) -> bool:
-    """VERL's rule: save_freq -1 or 0 (or any value <= 0) means no checkpoint ever, not even at the end."""
-    try:
-        return int(str(save_freq).strip()) <= 0
-    except ValueError:
-        return False
-
-
-def nothing_to_resume(output_dir: Path, save_freq: Any, source: str | None = None) -> UserError:
-    """The one answer to --resume without a checkpoint. source: where save_freq was set (None: the default)."""
-    ckpt = checkpoints_dir(output_dir)
-    where = f"{source}: " if source else ""
-    cause = (f"{where}trainer.save_freq was {save_freq}{'' if source else ' (the default)'}, so the earlier run "
-             "never saved one" if saves_no_checkpoints(save_freq)
-             else "no earlier run saved one in this output folder")
-    return UserError(f"nothing to resume: no checkpoint in {ckpt} ({TRACKER} and its global_step_N folder); "
-                     f"{cause}",
-                     "start a fresh run without --resume (set trainer.save_freq > 0 to get checkpoints), or pass "
-                     "the --output-dir of the run that saved them", EXIT_FAIL)

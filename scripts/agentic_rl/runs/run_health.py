@@ -15,8 +15,7 @@ import statistics
 import time
 from itertools import pairwise
 
-from agentic_rl.runs import learning_signal
-from agentic_rl.runs import samples as samples_mod
+from agentic_rl.runs import learning_signal, sample_reader
 from agentic_rl.runs.metrics_reader import (
     DROPPED_PREFIX,
     KEYS,
@@ -243,15 +242,15 @@ def sample_flags(samples: list[dict], judge_flagged: bool = False, signal_known:
         out.append({"flag": flag, "step": step, "value": round(len(hits) / n, 3) if value is None else value,
                     "message": message, "hint": hint, "examples": [s["rollout_id"] for s in hits[:3]]})
 
-    cut = [s for s in window if samples_mod.truncated(s)]
+    cut = [s for s in window if sample_reader.truncated(s)]
     if len(cut) / n > TRUNCATED_SHARE_MAX:
         add("truncated", cut, f"{len(cut)} of {n} recent responses stopped at max_tokens (finish_reason length)",
             "raise max_tokens in agent.json (and data.max_response_length), or ask for shorter answers; "
             "read them: check_status.py --samples 5")
     by_text: dict[str, list[dict]] = {}
     for s in window:
-        if not samples_mod.empty(s):
-            by_text.setdefault(samples_mod.norm(str(s.get("response"))), []).append(s)
+        if not sample_reader.empty(s):
+            by_text.setdefault(sample_reader.norm(str(s.get("response"))), []).append(s)
     if by_text:
         same = max(by_text.values(), key=len)
         prompts = {str(s.get("prompt")) for s in same}
@@ -261,7 +260,7 @@ def sample_flags(samples: list[dict], judge_flagged: bool = False, signal_known:
                 "the policy (or the endpoint) answers every prompt alike: check the prompt renders the row, "
                 "lower the lr or stop and resume from an earlier checkpoint")
     rewarded = [s for s in window if (s.get("reward") or 0) > 0]
-    bad = [s for s in rewarded if samples_mod.truncated(s) or samples_mod.empty(s)]
+    bad = [s for s in rewarded if sample_reader.truncated(s) or sample_reader.empty(s)]
     if rewarded and len(bad) / len(rewarded) > REWARDED_BAD_SHARE_MAX:
         add("rewarded_truncated", bad, f"{len(bad)} of {len(rewarded)} rewarded responses are truncated or empty",
             "the judge may reward the wrong thing: make judge.py score only a complete answer (show the user "

@@ -145,7 +145,7 @@ def rehearsal_fields(record: Any) -> tuple[dict | None, list[str]]:
     return ({**record, **dict.fromkeys(bad)} if bad else record), bad
 
 
-# metrics/attempt-NNNN.run.json (run_dir.next_metrics_file writes it): what run_scope reads.
+# metrics/attempt-NNNN.run.json (attempts.next_metrics_file writes it): what run_scope reads.
 ATTEMPT_FIELDS = {"run_id": _text, "mode": _text, "continues": lambda v: v is None or type(v) is bool,
                   "judge_errors_offset": count}
 

@@ -17,7 +17,17 @@ from pathlib import Path
 from agentic_rl import files
 from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
-from agentic_rl.runs import learning_signal, metrics_reader, run_dir, run_health, run_records, samples
+from agentic_rl.runs import (
+    attempts,
+    checkpoints,
+    learning_signal,
+    liveness,
+    metrics_reader,
+    run_dir,
+    run_health,
+    run_records,
+    sample_reader,
+)
 
 TAIL_BLOCK = 64 * 1024
 
@@ -98,7 +108,7 @@ def gpu_memory(pids: list[int]) -> dict | str:
 def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryReader | None = None) -> dict:
     """Everything check_status reports, as data. A reader kept across calls parses only new metrics."""
 
-    state = run_dir.assess(output_dir)
+    state = liveness.assess(output_dir)
     if not state["found"]:
         if state["strays"]:
             runs = sorted({rid or "?" for rid in state["strays"].values()})
@@ -127,7 +137,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     end = run_health.parse_time(st.get("end_time"))
     log = this_run(tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200)), st.get("run_id"))
     # Only this run's: a reused output folder holds earlier runs' metrics, judge errors, rehearsal and samples.
-    scope = run_dir.run_scope(output_dir, st.get("run_id"))
+    scope = attempts.run_scope(output_dir, st.get("run_id"))
     reader = reader or metrics_reader.HistoryReader(output_dir)
     reader.attempts = None if scope is None else scope["attempts"]
     history = reader.read()
@@ -138,10 +148,10 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     if rehearsal and rehearsal.get("run_id") not in (None, st.get("run_id")):
         rehearsal, bad_rehearsal = None, []  # an earlier run's
     rollouts = (rehearsal or {}).get("rollouts")
-    ckpts = run_dir.checkpoint_steps(output_dir)
+    ckpts = checkpoints.checkpoint_steps(output_dir)
     summary = ({k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts", "planned")}
                if rehearsal else None)
-    recent = samples.read(output_dir, recent_only=True)
+    recent = sample_reader.read(output_dir, recent_only=True)
     signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
     flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
@@ -240,7 +250,7 @@ def process_flag(pid: int, proc_state: str, output_dir: Path) -> dict:
 
 
 def scoped(found: list[dict], scope: dict | None) -> list[dict]:
-    """The samples of the run's scope (run_dir.run_scope); all of them without one."""
+    """The samples of the run's scope (attempts.run_scope); all of them without one."""
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
@@ -257,14 +267,14 @@ def collect_samples(output_dir: Path, args) -> dict:
     if st is None:
         raise UserError(f"no run found in {output_dir} (no readable {run_dir.STATUS_FILE})",
                         "start one with scripts/start_training.sh, or pass the right --output-dir", EXIT_USAGE)
-    found = samples.read(output_dir)
-    every = scoped(found, run_dir.run_scope(output_dir, st.get("run_id")))
+    found = sample_reader.read(output_dir)
+    every = scoped(found, attempts.run_scope(output_dir, st.get("run_id")))
     order = "worst" if args.worst else "best" if args.best else "latest"
-    chosen = samples.select(every, args.samples, args.split, args.step, order)
-    dups = samples.duplicate_responses(run_health.sample_window(every) + chosen)
+    chosen = sample_reader.select(every, args.samples, args.split, args.step, order)
+    dups = sample_reader.duplicate_responses(run_health.sample_window(every) + chosen)
     return {"status": st.get("status"), "run_id": st.get("run_id"), "order": order, "split": args.split,
-            "step": args.step, "samples": [{**s, "marks": samples.marks(s, dups)} for s in chosen],
-            "total": len(every), "counts": samples.read_state(output_dir),
+            "step": args.step, "samples": [{**s, "marks": sample_reader.marks(s, dups)} for s in chosen],
+            "total": len(every), "counts": sample_reader.read_state(output_dir),
             "flags": run_health.sample_flags(every), "output_dir": str(output_dir),
             "skipped": skipped(0, 0, found.skipped)}
 

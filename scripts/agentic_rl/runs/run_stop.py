@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentic_rl.cli import EXIT_USAGE, UserError
 from agentic_rl.edge import procs
-from agentic_rl.runs import run_dir
+from agentic_rl.runs import liveness, run_dir
 
 # After main.py exits (or a SIGKILL), allow late exits and the driver freeing GPU memory.
 SETTLE_S = 3.0
@@ -95,7 +95,7 @@ def terminate(state: dict, timeout: float, report: dict) -> bool:
 
 def stop_run(output_dir: Path, timeout: float = 120.0, force: bool = False) -> dict:
     """Stop the run in output_dir; returns the report (report["ok"] is True only when it is fully gone)."""
-    state = run_dir.assess(output_dir)
+    state = liveness.assess(output_dir)
     strays = state["strays"]
     if not state["found"] and not strays:
         raise UserError(f"no run found in {output_dir} (no {run_dir.STATUS_FILE}, and no process carries "

@@ -1,0 +1,220 @@
+"""What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
+O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
+--resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
+against the installed torch's CUDA build, and a joined Ray cluster's placement.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from agentic_rl import cli, files, task
+from agentic_rl.checks import gpu_select
+from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, UserError
+from agentic_rl.runs import checkpoints, liveness, run_dir
+
+GPU_KEY = "trainer.n_gpus_per_node"
+FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+
+
+GPU_KEY = "trainer.n_gpus_per_node"
+FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+
+
+
+def take_lock(output_dir: Path) -> int:
+    """flock O/training.lock; exit 4 naming the holder when another start or run has it. A run whose status
+    is already final (completed, failed, stopped) is only exiting: its lock is waited for, briefly."""
+    fd = os.open(output_dir / run_dir.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + FINISHING_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            finishing = (run_dir.read_status(output_dir) or {}).get("status") in run_dir.TERMINAL_STATES
+            if not finishing or time.monotonic() >= deadline:
+                os.close(fd)
+                raise locked_message(output_dir) from None
+            time.sleep(0.1)
+
+
+
+def locked_message(output_dir: Path) -> UserError:
+    """The exit-4 answer when flock says another start or run holds O/training.lock."""
+    state = liveness.assess(output_dir)
+    damaged = f"; {state['damaged']}" if state["damaged"] else ""
+    if state["alive"]:
+        who = f"pid {state['pid']}, status {state['status'] or 'unknown'}, run {state['run_id']}{damaged}"
+    elif state["damaged"]:
+        who = f"no run could be proved from the record: {state['damaged']}"
+    else:
+        who = "a start_training.sh that is launching a run right now"
+    return UserError(f"{output_dir} is locked by a live run ({who})",
+                     f"watch it: python scripts/check_status.py --output-dir {output_dir}; stop it: "
+                     f"python scripts/stop_training.py --output-dir {output_dir}", EXIT_CONFLICT)
+
+
+
+def refuse_live(output_dir: Path) -> None:
+    """Raise exit 4 while a run lives in O, or processes of a run of O's path (its folder deleted or
+    replaced under it) still do; say so on stderr when the status is stale, damaged or copied."""
+    state = liveness.assess(output_dir)
+    stop = f"python scripts/stop_training.py --output-dir {output_dir}"
+    if state["alive"]:
+        damaged = f" ({state['damaged']})" if state["damaged"] else ""
+        raise UserError(f"{output_dir} already has a live run: pid {state['pid']}, status "
+                        f"{state['status'] or 'unknown'}, run {state['run_id']}{damaged}",
+                        f"watch it with check_status.py, or stop it: {stop}", EXIT_CONFLICT)
+    if state["carriers"]:
+        raise UserError(f"run {state['run_id']} in {output_dir} lost its main process ({state['why']}) but "
+                        f"processes carrying it are alive: pids {state['carriers']}",
+                        f"clean them up first: {stop} --force", EXIT_CONFLICT)
+    if state["strays"]:
+        runs = sorted({rid or "?" for rid in state["strays"].values()})
+        raise UserError(f"processes of run {', '.join(runs)} still work in {output_dir} (they carry "
+                        f"{run_dir.RUN_DIR_ENV}={output_dir}) but are not this folder's recorded run: its folder "
+                        f"was deleted or replaced while it lived; pids {sorted(state['strays'])}",
+                        f"wait for them to end, or kill them: {stop} --force", EXIT_CONFLICT)
+    if state["damaged"]:
+        cli.print_warning(f"{state['damaged']}; no process of a run in {output_dir} is alive: starting a new run")
+    elif state["foreign"] and state["status"] not in run_dir.TERMINAL_STATES:
+        cli.print_warning(f"{state['foreign']}; starting a new run here")
+    elif state["found"] and state["status"] not in run_dir.TERMINAL_STATES:
+        cli.print_warning(f"stale {run_dir.STATUS_FILE} (status {state['status']}): {state['why']}; "
+                          "starting a new run")
+
+
+
+def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, dict]:
+    path = Path(config_file).expanduser().resolve() if config_file else input_dir / "config.json"
+    if not path.is_file():
+        if config_file:
+            raise UserError(f"config file {path} does not exist", "check --config-file", EXIT_ENV)
+        return path, {}
+    cfg = files.read_json_file(path)
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: must be a JSON object", task.TASK_FILES["config.json"])
+    return path, cfg
+
+
+
+def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
+    """The value a run will use: the last `--` override, else config_values.effective (the user's value,
+    else Agent Lightning's or VERL 0.8.0's default)."""
+    from agentic_rl.checks import config_values
+
+    raw = config_values.override_value(overrides, dotted)
+    return raw if raw is not None else config_values.effective(cfg, dotted)
+
+
+
+def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
+    raw = setting(cfg, overrides, GPU_KEY)
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise UserError(f"{source}:{GPU_KEY}: must be a positive integer, got {raw!r}", f"set {GPU_KEY} to e.g. 1")
+    return n
+
+
+
+def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path) -> None:
+    """Exit 1 before anything starts when --resume finds no checkpoint (the job checks the same again)."""
+    if checkpoints.latest_checkpoint(output_dir) is not None:
+        return
+    from agentic_rl.checks import config_values
+
+    given = config_values.override_value(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
+    raise checkpoints.nothing_to_resume(output_dir, setting(cfg, overrides, "trainer.save_freq"),
+                                    source.name if given else None)
+
+
+
+def pick_gpus(cfg: dict, config_path: Path, n: int) -> list[int]:
+    """N free GPUs of this host, as check_gpu.py --required N --config F picks them (exit 1 / 3 otherwise)."""
+    data, problem = gpu_select.select(cfg, str(config_path) if config_path.is_file() else None, n)
+    for warning in data["warnings"]:
+        cli.print_warning(warning)
+    if problem is not None:
+        raise problem
+    return data["selected"]
+
+
+
+def check_gpus_exist(gpus: list[int]) -> None:
+    """--gpus on a training start: the GPU driver must be there (exit 3, as check_gpu.py answers) and each
+    index one of its GPUs (exit 1), before anything starts. Whether they are free is check_gpu.py's call."""
+    from agentic_rl.edge import nvml
+
+    shown = ",".join(map(str, gpus))
+    try:
+        count = len(nvml.read_gpus())
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"--gpus {shown}: {exc}", "training needs an NVIDIA GPU and its driver; without one, "
+                        "rehearse the launch path: bash scripts/start_training.sh --input-dir D --rehearse",
+                        EXIT_ENV) from None
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
+                        f"{count}: {('0-' + str(count - 1) if count > 1 else '0') if count else 'none'})",
+                        "pick indices that python scripts/check_gpu.py lists as free", EXIT_FAIL)
+
+
+
+def check_driver() -> dict:
+    """Train mode: the driver must run the installed torch's CUDA build (exit 3, the ways out in the hint),
+    or the run fails at its first CUDA call, after the model download. Returns what was read."""
+    from agentic_rl.checks import gpu_stack
+    from agentic_rl.edge import nvml
+
+    try:
+        driver = gpu_select.driver_report()
+    except nvml.NvmlUnavailable as exc:
+        raise UserError(f"training needs the NVIDIA driver: {exc}", "run on a GPU host (python scripts/check_gpu.py), "
+                        "or rehearse: bash scripts/start_training.sh --input-dir D --rehearse", EXIT_ENV) from None
+    if driver["problem"]:
+        raise UserError(f"{driver['problem']} ({sys.executable}: torch {driver['torch']}); training would fail at its "
+                        "first CUDA call", gpu_stack.ways_out(driver["torch_cuda"]), EXIT_ENV)
+    return driver
+
+
+
+def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir: Path, output_dir: Path,
+                  python: str | None = None) -> dict:
+    """cluster_checks.preflight for this start: exit 1 / 3 before anything starts, else the gateway's addresses."""
+    from agentic_rl.checks import cluster_checks, placement
+
+    try:
+        per_node, nnodes = (int(setting(cfg, overrides, k) or 1) for k in (GPU_KEY, "trainer.nnodes"))
+    except (TypeError, ValueError):
+        raise UserError(f"{GPU_KEY} and trainer.nnodes must be integers", "fix config.json or the overrides") from None
+    model = task.load_agent_config(input_dir)["model_name"]
+    return cluster_checks.preflight(address, placement.demand(per_node, nnodes), model, output_dir, args.gateway_host,
+                                    python, gpus=args.cpu_steps is None)
+
+
+
+def check_other_task(output_dir: Path, input_dir: Path, explicit: bool) -> None:
+    """The default O (D/../outputs) is shared by sibling task folders: a start of task B there would bury
+    task A's run (its rehearsal.json removed, metrics and samples mixed). Refused, exit 4, for the default;
+    a warning when O was named on purpose (--output-dir or EVO_OUTPUT_DIR)."""
+    other = run_dir.other_task(output_dir, input_dir)
+    if other is None:
+        return
+    if explicit:
+        cli.print_warning(f"{output_dir} holds a run of another task ({other}): starting a run of {input_dir} "
+                          "there; its rehearsal.json goes, its metrics and checkpoints stay beside this run's")
+        return
+    own = shlex.quote(str(input_dir.parent / f"outputs-{input_dir.name}"))
+    raise UserError(f"the default output folder {output_dir} holds a run of another task ({other}), not of "
+                    f"{input_dir}", f"give this task its own folder: --output-dir {own} (or set EVO_OUTPUT_DIR); "
+                    f"to start in this one anyway, name it: --output-dir {shlex.quote(str(output_dir))}",
+                    EXIT_CONFLICT)

@@ -13,7 +13,7 @@ TRAIN_LOCK := tools/train-stack.lock.txt
 # FLASH_ATTN=0 skips the flash-attn build (then set attn_implementation to sdpa yourself).
 FLASH_ATTN ?= 1
 
-.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train
+.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train slurm-node
 
 install: $(STAMP)
 
@@ -71,6 +71,11 @@ test: venvs
 	  $(PY) -m pytest -q $(PYTEST_ARGS); tests=$$?; \
 	  wait $$deps; deps_rc=$$?; cat build/check-train-deps.log; \
 	  if [ $$tests -ne 0 ]; then exit $$tests; fi; exit $$deps_rc
+
+# A one-node SLURM for tests/launch/test_slurm_template.py: Debian's slurm-wlm and munge, munged running
+# (root only; the test starts its own slurmctld and slurmd). CI runs it before make test.
+slurm-node:
+	tools/slurm_node.sh
 
 demo: $(STAMP)
 	tools/demo.sh

@@ -1,8 +1,9 @@
 """assets/slurm/train_on_ray.sbatch: shellcheck-clean, and run for real by a one-node SLURM cluster.
 
 The SLURM test starts its own slurmctld and slurmd (Debian's slurm-wlm, munge for auth) from a
-slurm.conf in tmp_path, with free ports, as root; it skips, saying why, where any of that is missing
-(CI has no SLURM: installing and running root daemons there is neither cheap nor reliable). The
+slurm.conf in tmp_path, with free ports, as root. `make slurm-node` (tools/slurm_node.sh) installs
+slurm-wlm and munge and starts munged; CI runs it first and sets ARL_REQUIRE_SLURM=1, so there a missing
+piece fails the test. Elsewhere the test skips, saying why. The
 job it submits is the template as shipped, with the allocation's size given on sbatch's command line:
 it starts a Ray head on the node, runs start_training.sh --ray-address there (VERL's TaskRunner for
 real, the GPU half faked by tests/train_fake.py, as tests/launch/test_train_path.py does), waits for the run
@@ -55,18 +56,20 @@ def _free_port() -> int:
 
 def _why_no_slurm() -> str | None:
     if not all(shutil.which(b) for b in ("sbatch", "slurmctld", "slurmd", "munge", "unmunge")):
-        return "no SLURM here (Debian: apt-get install slurm-wlm; munged running)"
+        return "no SLURM here (make slurm-node: Debian's slurm-wlm and munge, munged running)"
     if os.geteuid() != 0:
         return "slurmd must run as root to start job steps"
     check = subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=30)
     if check.returncode != 0:
-        return "munged is not running (runuser -u munge -- munged)"
+        return "munged is not running (make slurm-node starts it)"
     return _verl_venv_ready()
 
 
 @pytest.fixture
 def slurm(tmp_path):
     why = _why_no_slurm()
+    if why and os.environ.get("ARL_REQUIRE_SLURM") == "1":
+        pytest.fail(f"ARL_REQUIRE_SLURM=1, but {why}: run `make slurm-node` first")
     if why:
         pytest.skip(why)
     base = Path(f"/tmp/arl-slurm-{os.getpid()}")  # short: slurmd keeps sockets below its spool

@@ -317,7 +317,7 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
     assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
                                    "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
-                                   "'agentic_rl.files', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.runs.run_records', 'agentic_rl.task', "
+                                   "'agentic_rl.files', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.task', "
                                    "'agentic_rl.untrusted']")
 
 

@@ -6,8 +6,11 @@ every changed key is returned (and shown in the start message, training.log and 
 
 - ranks: one CPU process per rank, trainer.nnodes x n_gpus_per_node of them on a joined Ray
   cluster (its logical GPUs), one on this host; rollout tensor/data/pipeline parallel 1;
-- batches: data.train_batch_size (and gen_batch_size) at most 2 per rank, rollout.n at most 2, the
-  PPO mini batch at most the train batch, micro batches what divides them;
+- batches: a config whose step asks for at most CPU_ROLLOUTS_PER_STEP rollouts (train_batch_size x
+  rollout.n, the batch cut to the train rows) keeps its batch and its group size (a learning check
+  needs real groups: assets/selftest asks for 4 x 8); a larger one, a GPU run's, shrinks to
+  data.train_batch_size (and gen_batch_size) 2 per rank and rollout.n 2; the PPO mini batch at most
+  the train batch, micro batches what divides them;
 - data.max_response_length at most 32 tokens; trainer.total_training_steps N (total_epochs raised
   to reach it); save_freq kept when 1 <= save_freq <= N, else N (the last step has a checkpoint);
 - what only a GPU has: actor/ref/critic strategy fsdp2 (FSDP1 refuses CPU parameters,
@@ -40,6 +43,9 @@ from agentic_rl.edge.cpu import forced_turns
 
 BATCH_PER_RANK = 2
 MAX_N = 2
+# Each rollout is an agent process (~0.7 CPU-s of Agent Lightning's start-up) plus its share of the
+# forward and backward passes: 32 rollouts are about 12 s a step on 2 cores, 4 about 4 s.
+CPU_ROLLOUTS_PER_STEP = 32
 MAX_RESPONSE = 32
 SMALL_MODEL_PARAMS = 50_000_000  # a model under this is trained as it is, byte for byte
 STEPS_DEFAULT = 2
@@ -74,8 +80,10 @@ def plan_changes(get: Callable[..., Any], steps: int, train_rows: int, cpus: int
     """The keys to set for a CPU run of `steps` steps, as {dotted key: new value}; the caller keeps
     only those that differ from the composed config. get(key, default) reads the composed config."""
     want: dict[str, Any] = {}
-    n = max(1, min(_int(get("actor_rollout_ref.rollout.n"), 1), MAX_N))
-    batch = max(1, min(_int(get("data.train_batch_size"), 1), BATCH_PER_RANK * ranks, max(1, train_rows)))
+    n = max(1, _int(get("actor_rollout_ref.rollout.n"), 1))
+    batch = max(1, min(_int(get("data.train_batch_size"), 1), max(1, train_rows)))
+    if batch * n > CPU_ROLLOUTS_PER_STEP:  # a GPU-sized step: the smallest that still trains
+        n, batch = min(n, MAX_N), min(batch, BATCH_PER_RANK * ranks)
     batch = max(ranks, batch - batch % ranks)  # ranks split every batch evenly
     want["data.train_batch_size"] = batch
     if get("data.gen_batch_size") is not None:

@@ -2,6 +2,7 @@
 """Build a tiny but real model folder (config, tokenizer, safetensors) for tests and `make demo`.
 
 Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer] [--max-position-embeddings N]
+                                          [--shape tiny|selftest]
 
 It is a real Qwen2 folder (qkv biases, a ChatML chat template) with random weights: enough for every
 check of check_model.py, the rehearsal, and real CPU training steps (start_training.sh --cpu-steps).
@@ -30,7 +31,11 @@ if __name__ == "__main__":
 
 VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in range(10)] + list("+-*/()=: ") + [
     "Answer", "Compute", "the", "value", "of", "this", "expression"]
-HIDDEN, LAYERS, INTER = 32, 2, 64
+HIDDEN, LAYERS, INTER, HEADS = 32, 2, 64, 4
+# The learning self-test's model (assets/selftest): one head of 64, a head size every attention kernel
+# a GPU run may pick has (vLLM's and flash-attn's; today's 4 heads of 8 are a CPU-only shape).
+SHAPES = {"tiny": {"hidden": HIDDEN, "inter": INTER, "heads": HEADS},
+          "selftest": {"hidden": 64, "inter": 128, "heads": 1, "scaled": True}}
 DEFAULT_POSITIONS = 2048  # 512 prompt + 512 response tokens fit twice
 # ChatML, as Qwen2.5's, with its tool format: the tools in the system turn, an assistant's tool calls as
 # <tool_call>{json}</tool_call>, tool results as a user turn in <tool_response>. The CPU rollout server
@@ -50,10 +55,13 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def tensors() -> dict:
+def tensors(hidden: int = HIDDEN, inter: int = INTER, scaled: bool = False) -> dict:
+    """Random weights (seed 0). scaled: a trainable model's initialisation (matrices by 1/sqrt(fan-in),
+    norms 1, biases small), whose first policy is spread over the vocabulary instead of today's unit
+    normals, whose logits are so large that a random policy repeats itself."""
     import numpy as np
 
-    v, h = len(VOCAB), HIDDEN
+    v, h, m = len(VOCAB), hidden, inter
     out = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
@@ -61,24 +69,35 @@ def tensors() -> dict:
                     p + "self_attn.v_proj.weight": (h, h), p + "self_attn.o_proj.weight": (h, h),
                     p + "self_attn.q_proj.bias": (h,), p + "self_attn.k_proj.bias": (h,),
                     p + "self_attn.v_proj.bias": (h,),
-                    p + "mlp.gate_proj.weight": (INTER, h), p + "mlp.up_proj.weight": (INTER, h),
-                    p + "mlp.down_proj.weight": (h, INTER), p + "input_layernorm.weight": (h,),
+                    p + "mlp.gate_proj.weight": (m, h), p + "mlp.up_proj.weight": (m, h),
+                    p + "mlp.down_proj.weight": (h, m), p + "input_layernorm.weight": (h,),
                     p + "post_attention_layernorm.weight": (h,)})
     rng = np.random.default_rng(0)
-    return {name: rng.standard_normal(shape).astype(np.float16) for name, shape in out.items()}
+    weights = {name: rng.standard_normal(shape) for name, shape in out.items()}
+    if scaled:
+        for name, w in weights.items():
+            if name.endswith("norm.weight"):
+                weights[name] = np.ones_like(w)
+            elif name.endswith(".bias"):
+                weights[name] = w * 0.02
+            elif not name.startswith("model.embed_tokens"):
+                weights[name] = w / np.sqrt(w.shape[1])
+    return {name: w.astype(np.float16) for name, w in weights.items()}
 
 
-def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_position_embeddings: int = DEFAULT_POSITIONS) -> dict:
+def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_position_embeddings: int = DEFAULT_POSITIONS,
+                    shape: str = "tiny") -> dict:
     from safetensors.numpy import save_file
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": HIDDEN,
-              "intermediate_size": INTER, "num_hidden_layers": LAYERS, "num_attention_heads": 4,
-              "num_key_value_heads": 4, "vocab_size": len(VOCAB), "max_position_embeddings": max_position_embeddings,
+    size = SHAPES[shape]
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": size["hidden"],
+              "intermediate_size": size["inter"], "num_hidden_layers": LAYERS, "num_attention_heads": size["heads"],
+              "num_key_value_heads": size["heads"], "vocab_size": len(VOCAB), "max_position_embeddings": max_position_embeddings,
               "torch_dtype": "float16", "tie_word_embeddings": False}
     (dest / "config.json").write_text(json.dumps(config, indent=2))
-    weights = tensors()
+    weights = tensors(size["hidden"], size["inter"], size.get("scaled", False))
     names = sorted(weights)
     if shards <= 1:
         save_file(weights, str(dest / "model.safetensors"))
@@ -113,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tokenizer", action="store_true")
     parser.add_argument("--max-position-embeddings", type=int, default=DEFAULT_POSITIONS, metavar="N",
                         help=f"the context length config.json declares (default {DEFAULT_POSITIONS})")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
+                        help="tiny: 4 heads of 8 (the tests' model); selftest: 1 head of 64 (assets/selftest, GPU-ready)")
     args = parser.parse_args(argv)
-    out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer, args.max_position_embeddings)
+    out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer, args.max_position_embeddings,
+                          args.shape)
     print(json.dumps({k: out[k] for k in ("dest", "num_parameters", "shards")}))
     return 0
 

@@ -16,6 +16,10 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
   arrive together are decoded as one batch (edge/cpu/batch_engine.Engine, as vLLM batches), up to
   rollout.max_num_seqs or 8 per core; a weight update waits for the running batch and holds new ones back.
   With --oracle (edge/cpu/forced_turns.py) a row's oracle turns are forced instead of sampled.
+  A request without a seed gets one derived from the server's seed (vLLM's engine seed: rollout.seed,
+  else 0, plus the replica rank), the weights' version, the prompt, and how often that prompt was asked
+  under these weights: the n rollouts of a row differ, and a rerun samples the same answers whatever
+  order the agents' requests arrive in (vLLM on a GPU interleaves them and does not: references/selftest.md).
 - CpuServerAdapter (BaseRollout, inside the actor worker): update_weights gets the per-tensor
   weights from VERL's checkpoint engine and sends them to its replica's server.
 - CpuReplica (RolloutReplica): launch_servers starts the server next to the replica's first worker.
@@ -25,6 +29,7 @@ is); edge/cpu/stand_ins.install arms them in every Ray worker, each once its reg
 """
 
 import asyncio
+import hashlib
 import importlib
 import logging
 import os
@@ -46,12 +51,22 @@ class RequestError(Exception):
     """A request vLLM would answer with 400."""
 
 
+def derived_seed(server_seed: int, weight_version: int, prompt_ids: list[int], nth: int) -> int:
+    """The seed of the nth request (from 0) for this prompt under these weights: 32 bits of a hash.
+
+    >>> derived_seed(0, 3, [1, 2], 0) == derived_seed(0, 3, [1, 2], 0) != derived_seed(0, 3, [1, 2], 1)
+    True
+    """
+    digest = hashlib.blake2b(repr((server_seed, weight_version, tuple(prompt_ids), nth)).encode(), digest_size=4)
+    return int.from_bytes(digest.digest(), "little")
+
+
 class CpuLLMServer:
     """The HTTP server Agent Lightning's proxy calls; its control surface mirrors vLLMHttpServer's."""
 
     def __init__(self, model_path: str, max_model_len: int | None, max_num_seqs: int, logprobs_mode: str,
                  response_length: int | None = None, replica_rank: int = 0, host: str | None = None,
-                 oracle: str | None = None):
+                 oracle: str | None = None, seed: int | None = None):
         import ray
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -68,6 +83,8 @@ class CpuLLMServer:
         self.eos_ids = {self.tokenizer.eos_token_id, *(configured if isinstance(configured, list) else [configured])}
         self.eos_ids.discard(None)
         self.replica_rank = replica_rank
+        self.seed = replica_rank + int(seed or 0)  # as VERL seeds vLLM (vllm_async_server.py:271)
+        self.asked: dict[tuple, int] = {}  # (weights' version, prompt) -> requests so far, for request_seed
         self.gate = Gate()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.engine = Engine(self.model, self.eos_ids, int(pad or 0), self.processed_logprobs,
@@ -156,10 +173,19 @@ class CpuLLMServer:
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
         return min(int(asked), room) if asked else room
 
-    def sampling(self, body: dict, n_prompt: int) -> dict:
+    def request_seed(self, prompt_ids: list[int]) -> int:
+        """A seed for a request without one: the server's, the weights' version, the prompt, and the
+        how-many-th request for that prompt under these weights this is (the order requests arrive in
+        then decides only which rollout of a row gets which answer, not the answers)."""
+        key = (self.weight_version, tuple(prompt_ids))
+        nth = self.asked.get(key, 0)
+        self.asked[key] = nth + 1
+        return derived_seed(self.seed, self.weight_version, prompt_ids, nth)
+
+    def sampling(self, body: dict, prompt_ids: list[int]) -> dict:
         if int(body.get("n") or 1) != 1:
             raise RequestError("n > 1 is not supported by the CPU rollout server")
-        room = self.room(body, n_prompt)
+        room = self.room(body, len(prompt_ids))
         temperature = body.get("temperature")
         seed = body.get("seed")
         if self.response_length:  # no more than a rollout can train on (CPU runs cut it to minutes)
@@ -167,13 +193,13 @@ class CpuLLMServer:
         return {"max_tokens": room,
                 "temperature": 1.0 if temperature is None else float(temperature),
                 "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
-                "seed": int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little")}
+                "seed": int(seed) if seed is not None else self.request_seed(prompt_ids)}
 
     async def complete(self, body: dict, chat: bool) -> dict:
         if body.get("stream"):
             raise RequestError("streaming is not supported by the CPU rollout server")
         prompt_ids = self.prompt_ids(body, chat)
-        params = self.sampling(body, len(prompt_ids))
+        params = self.sampling(body, prompt_ids)
         played = forced_turns.for_request(self, body, self.room(body, len(prompt_ids))) if chat and self.oracle else None
         self._running += 1
         started = time.monotonic()
@@ -222,6 +248,7 @@ class CpuLLMServer:
 
         self.gate.write(load)
         self.weight_version += 1
+        self.asked.clear()
         self.global_steps = global_steps
         tied = getattr(self.model.config, "tie_word_embeddings", False)
         missing = sorted(n for n, _ in self.model.named_parameters() if n not in state
@@ -329,7 +356,7 @@ def verl_classes() -> dict[str, type]:
             server = ray.remote(CpuLLMServer).options(**options).remote(
                 path, self.config.max_model_len, self.config.max_num_seqs, self.config.logprobs_mode,
                 self.config.response_length, self.replica_rank,
-                oracle=(self.config.custom or {}).get(forced_turns.CUSTOM_KEY))
+                oracle=(self.config.custom or {}).get(forced_turns.CUSTOM_KEY), seed=getattr(self.config, "seed", None))
             host, port = await server.launch_server.remote()
             self.servers = [server]
             self._server_handle = server

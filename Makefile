@@ -13,7 +13,7 @@ TRAIN_LOCK := tools/train-stack.lock.txt
 # FLASH_ATTN=0 skips the flash-attn build (then set attn_implementation to sdpa yourself).
 FLASH_ATTN ?= 1
 
-.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train slurm-node
+.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train slurm-node selftest
 
 install: $(STAMP)
 
@@ -77,8 +77,14 @@ test: venvs
 slurm-node:
 	tools/slurm_node.sh
 
-demo: $(STAMP)
+# The demo ends with the learning self-test, which trains on CPU in .venv-verl (or on a GPU node's .venv).
+demo: venvs
 	tools/demo.sh
+
+# Does training make the reward go up on this machine? assets/selftest through the real loop and its
+# verdict (references/selftest.md): about 2 minutes on 2 cores. On a GPU node: make selftest GPUS=0.
+selftest: venvs
+	$(PY) scripts/selftest.py $(if $(GPUS),--gpus $(GPUS))
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

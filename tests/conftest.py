@@ -194,13 +194,13 @@ def verl_venv():
 
 @pytest.fixture(scope="module")
 def cpu_run(verl_venv):
-    """One real 2-step CPU training run (tests/cpu_run.py), shared by a module's tests; afterwards
-    nothing carrying its run ids may be left."""
-    from cpu_run import new_run
+    """The learning self-test's real CPU training run (tests/cpu_run.py: scripts/selftest.py on
+    assets/selftest), shared by a module's tests; afterwards nothing carrying its run ids may be left."""
+    from cpu_run import new_selftest_run
 
     saved = {k: os.environ.pop(k) for k in ("PYTHON", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "EVO_RUN_ID")
              if k in os.environ}
-    run = new_run()
+    run = new_selftest_run()
     yield run
     os.environ.update(saved)
     left = run.cleanup()

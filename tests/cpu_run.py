@@ -1,26 +1,32 @@
-"""One real CPU training run on the tiny model, built once and shared by many tests.
+"""Real CPU training runs on tiny models, built once and shared by many tests.
 
-`start_training.sh --cpu-steps 2` on assets/example cut to 4 train / 2 test rows, with the tiny
-Qwen2 (tools/make_tiny_model.py, 22.75K parameters, used byte for byte) and a graded judge (the
-share of digits in the answer) so GRPO's advantages are not all zero. Everything is the bundle's
-and VERL's own: gateway, controller, bundled agent, judge, run_ppo, Ray, the FSDP engine, GRPO,
-the checkpoint engine, checkpoints; only the GPU-only parts are the stand-ins of edge/cpu/stand_ins.py.
+The shared run is the learning self-test, run as a user runs it: `scripts/selftest.py` on
+assets/selftest unchanged (its model built by the wrapper in a fresh EVO_MODELS_DIR), which runs
+`start_training.sh --cpu-steps N` (N its config's total_training_steps), waits for the end and gives
+the verdict (launch/selftest.py). Everything is the bundle's and VERL's own: gateway, controller,
+bundled agent, judge, run_ppo, Ray, the FSDP engine, GRPO, the checkpoint engine, checkpoints; only
+the GPU-only parts are the stand-ins of edge/cpu/stand_ins.py.
 
 Any test module takes it with conftest's module-scoped fixture `cpu_run` (one run per module that
 asks for it; `verl_venv` skips where .venv-verl is missing):
 
     def test_x(cpu_run):
-        assert cpu_run.status["status"] == "completed"
+        assert cpu_run.status["status"] == "completed" and cpu_run.report["verdict"]["learned"]
 
-cpu_run.run("--resume", "--cpu-steps", "3") continues the same folder (after the tests that need the
-first run's state: a module orders them).
+cpu_run.run("--resume", "--cpu-steps", "13") continues the same folder (after the tests that need the
+first run's state: a module orders them). new_run(steps, make=...) runs a task of the caller's (the
+tool agent's, the cluster's): make_task is assets/example cut to 4 train / 2 test rows with the
+first tiny Qwen2 (22.75K parameters, used byte for byte) and a graded judge (the share of digits),
+at 2 rows x 2 rollouts a step.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,10 +35,11 @@ from pathlib import Path
 import psutil
 from agentic_rl.edge import procs
 from agentic_rl.runs import run_dir
-from conftest import ROOT, copy_example, run_script
+from conftest import ROOT, SCRIPTS, assert_strict_json, copy_example, run_script
 from make_tiny_model import make_tiny_model
 
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
+SELFTEST = ROOT / "assets" / "selftest"
 TRAIN_ROWS, TEST_ROWS = 4, 2
 # Test-only overrides: Ray on loopback, without usage stats or token auth (as tests/launch/test_ray_mode.py).
 TEST_OVERRIDES = ["+ray_kwargs.ray_init._node_ip_address=127.0.0.1"]
@@ -55,14 +62,16 @@ def verl_venv_problem() -> str | None:
 
 
 def make_task(root: Path) -> Path:
-    """assets/example cut to 4/2 rows, the tiny model, a graded judge, lr 1e-3 (so weights visibly move)."""
+    """assets/example cut to 4/2 rows, the tiny model, a graded judge, lr 1e-3 (so weights visibly move),
+    2 rows x 2 rollouts a step (the cheapest step that trains)."""
     task = copy_example(root, TRAIN_ROWS, TEST_ROWS)
     agent = json.loads((task / "agent.json").read_text())
     (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 16}))
     (task / "judge.py").write_text(GRADED_JUDGE)
     cfg = json.loads((task / "config.json").read_text())
-    cfg["data"].update(max_prompt_length=128, dataloader_num_workers=0)
-    cfg["actor_rollout_ref"]["actor"]["optim"] = {"lr": 1e-3}
+    cfg["data"].update(max_prompt_length=128, dataloader_num_workers=0, train_batch_size=2)
+    cfg["actor_rollout_ref"]["actor"].update(ppo_mini_batch_size=2, optim={"lr": 1e-3})
+    cfg["actor_rollout_ref"]["rollout"]["n"] = 2
     cfg["trainer"].update(save_freq=1, test_freq=-1, val_before_train=False)
     (task / "config.json").write_text(json.dumps(cfg, indent=1))
     return task
@@ -75,15 +84,46 @@ class CpuRun:
     out: Path
     models: Path
     env: dict
+    model_name: str = "tiny"
     run_ids: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     started: subprocess.CompletedProcess | None = None
     status: dict = field(default_factory=dict)
     wall_s: float = 0.0
+    report: dict = field(default_factory=dict)  # the self-test's --json data
+    selftest_proc: subprocess.CompletedProcess | None = None
 
     @property
     def model(self) -> Path:
-        return self.models / "tiny"
+        return self.models / self.model_name
+
+    def selftest(self, watch=None) -> dict:
+        """`scripts/selftest.py --json` to its end (the wrapper starts, waits and judges); the status and
+        the key are read while it waits, as run() does. Its report is self.report."""
+        began = time.monotonic()
+        cmd = [sys.executable, str(SCRIPTS / "selftest.py"), "--input-dir", str(self.task), "--output-dir",
+               str(self.out), "--json", "--timeout", str(RUN_TIMEOUT_S), "--", *TEST_OVERRIDES]
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                    env={**os.environ, **self.env})
+            while proc.poll() is None:
+                st = run_dir.read_status(self.out) or {}
+                if st.get("run_id") and st["run_id"] not in self.run_ids:
+                    self.run_ids.append(st["run_id"])
+                self._read_key(st)
+                if watch is not None:
+                    watch(st)
+                time.sleep(0.3)
+            out.seek(0), err.seek(0)
+            self.selftest_proc = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+        self.wall_s = time.monotonic() - began
+        assert_strict_json(self.selftest_proc.stdout, "selftest.py --json")
+        envelope = json.loads(self.selftest_proc.stdout)
+        self.report = envelope.get("data") or {}
+        self.status = run_dir.read_status(self.out) or {}
+        if self.status.get("run_id") and self.status["run_id"] not in self.run_ids:
+            self.run_ids.append(self.status["run_id"])
+        return self.report
 
     def start(self, *extra: str, overrides: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         return run_script("start_training.sh", "--input-dir", str(self.task), "--output-dir", str(self.out), *extra,
@@ -150,20 +190,40 @@ def wait_for(predicate, what: str, out: Path, timeout: float):
     raise AssertionError(f"timed out waiting for {what}; status {run_dir.read_status(out)}; log:\n{log}")
 
 
+def _run_env(root: Path, models: Path, env: dict | None) -> dict:
+    ray_tmp = Path(tempfile.mkdtemp(prefix="arl-ray-", dir=root))  # short: Ray's socket paths are capped
+    env = {**RAY_ENV, "EVO_MODELS_DIR": str(models), "HF_HOME": str(root / "hf-home"), "RAY_TMPDIR": str(ray_tmp),
+           "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs"), **(env or {})}
+    env.pop("PYTHON", None)
+    return env
+
+
 def new_run(steps: int = 2, watch=None, make=make_task, extra: tuple[str, ...] = (), env: dict | None = None) -> CpuRun:
     """Build the task (make(root)) and run `start_training.sh --cpu-steps STEPS [EXTRA]` to its end;
     env is added to the run's environment."""
     root = Path(tempfile.mkdtemp(prefix="arl-cpu-"))
     models = root / "models"
     make_tiny_model(models / "tiny")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="arl-ray-", dir=root))  # short: Ray's socket paths are capped
-    env = {**RAY_ENV, "EVO_MODELS_DIR": str(models), "HF_HOME": str(root / "hf-home"), "RAY_TMPDIR": str(ray_tmp),
-           "EVO_INPUT_DIR": str(root / "no-input"), "EVO_OUTPUT_DIR": str(root / "outputs"), **(env or {})}
-    env.pop("PYTHON", None)
-    run = CpuRun(root, make(root), root / "out", models, env)
+    run = CpuRun(root, make(root), root / "out", models, _run_env(root, models, env))
     try:
         run.run("--cpu-steps", str(steps), *extra, watch=watch)
     except BaseException:
         run.cleanup()  # a failed start leaves no process and no folder behind either
+        raise
+    return run
+
+
+def new_selftest_run(task: Path = SELFTEST, watch=None, env: dict | None = None) -> CpuRun:
+    """The learning self-test through its wrapper, on task (assets/selftest unchanged by default), in a fresh
+    EVO_MODELS_DIR where the wrapper builds the self-test's model."""
+    from agentic_rl.launch import selftest
+
+    root = Path(tempfile.mkdtemp(prefix="arl-self-"))
+    models = root / "models"
+    run = CpuRun(root, task, root / "out", models, _run_env(root, models, env), model_name=selftest.SELFTEST_MODEL)
+    try:
+        run.selftest(watch=watch)
+    except BaseException:
+        run.cleanup()
         raise
     return run

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: the whole workflow on assets/example, as far as this machine allows, then the
-# tool-using agent of assets/tool_example rehearsed with its oracle file.
+# tool-using agent of assets/tool_example rehearsed with its oracle file, then the learning self-test.
 # Works on a copy (build/demo/task), never on assets/example itself. Without a GPU (check_gpu
 # exits 3) or without verl, step 7 is the CPU rehearsal of the launch path.
 set -euo pipefail
@@ -63,4 +63,11 @@ bash "$root/scripts/start_training.sh" --input-dir "$tool_task" --output-dir "$t
   --oracle "$tool_task/oracle.jsonl"
 "$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --watch 2 >/dev/null || true
 "$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --samples 1 || rc=$?
+
+# Last, does training learn here? assets/selftest trained for its own N steps through the real loop
+# (on CPU; on the GPUs step 3 picked where a GPU and verl are), ending with the verdict line.
+step "self-test: scripts/selftest.py (the reward a random tiny model can reach must go up)"
+selftest_where=()
+if [ "${mode[0]}" = --gpus ]; then selftest_where=(--gpus "${mode[1]}"); fi
+"$py" "$root/scripts/selftest.py" --output-dir "$demo/selftest" "${selftest_where[@]}" || rc=$?
 exit "$rc"

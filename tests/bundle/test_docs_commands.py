@@ -33,6 +33,8 @@ EXPECTED = [
     (r"check_gpu\.py", 3, "Exit 3: no NVIDIA driver or NVML on this host"),  # no GPU here
     # A real CPU training run takes minutes: tests/launch/test_cpu_train.py runs it (one shared run).
     (r"start_training\.sh .*--cpu-steps", None, None),
+    (r"selftest\.py .*--gpus", 3, "It exits 3 where there is no GPU driver"),  # no GPU here: start_training.sh's 3
+    (r"selftest\.py", None, None),  # the self-test is that shared run (tests/cpu_run.py runs it through selftest.py)
     (r"start_training\.sh .*--resume", 1, "`--resume` found no checkpoint"),  # refused before the GPU check
     (r"start_training\.sh .*--rehearse", 0, "Exit 0: it prints the pid, the run id"),
     (r"start_training\.sh .*--gpus", 3, "Exit 3: no GPU driver or NVML (rehearse instead"),  # no GPU here

@@ -125,6 +125,7 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str]) -> dict:
                         EXIT_USAGE)
     if not (input_dir / "test.jsonl").is_file():
         raise UserError(f"{input_dir / 'test.jsonl'} not found", "pass the task folder with --input-dir", EXIT_ENV)
+    files.make_folders(output_dir / COMPARE_DIR, hint="compare in a run folder you can write: --output-dir of a copy")
     name = expected_model_name(input_dir)
     for url in endpoints:
         ids = served_models(url)

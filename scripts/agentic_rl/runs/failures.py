@@ -50,8 +50,8 @@ LATE_ERRORS = (
     (re.compile(r"horizon must be larger than 0"), "config", "algorithm.kl_ctrl.horizon",
      "set a positive horizon for the adaptive controller"),
     (re.compile(r"size mismatch for \S+: copying a param with shape"), "trainer", "the model (agent.json model_name)",
-     "the checkpoint holds the weights of another model: resume with the model it was trained from, or "
-     "start this model fresh in a new --output-dir"),
+     "the checkpoint holds another model's weights: resume with the model it was trained from, or start this "
+     "one in a new --output-dir"),
     (re.compile(r"emitted zero training rows"), "agent", "agentlightning (the agent's rollouts)",
      "no rollout of the step traced a model call: read logs/controller.log and check_status --samples"),
 )

@@ -296,7 +296,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     log = output_dir / run_dir.LOGS_DIR / f"export-global_step_{ckpt['step']}.log"
-    if not os.access(log.parent, os.W_OK | os.X_OK):  # a run folder on a read-only mount exports too
+    if not os.access(log.parent if log.parent.is_dir() else output_dir, os.W_OK | os.X_OK):  # a read-only run folder exports too
         log = target.with_name(f"{target.name}.export.log")
     data = {"step": ckpt["step"], "checkpoint": str(ckpt["actor_dir"]), "target": str(target),
             "live_run": state["live"], "run_id": state["run_id"], "base_model": base,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.cli import EXAMPLES_DOC, EXIT_FAIL, UserError
+from agentic_rl.cli import EXAMPLES_DOC, EXIT_ENV, EXIT_FAIL, UserError
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -295,3 +295,30 @@ def disk_full_message(output_dir: Path) -> tuple[str, str]:
     return (f"no space left on the device of {output_dir} ({shown} free)",
             f"free space on that filesystem (df -h {output_dir}), or pass another --output-dir; then start again "
             "(--resume continues from the last checkpoint)")
+
+
+def make_folders(path: Path, *subs: str, hint: str) -> None:
+    """path and its subfolders, made where missing and proved writable (a probe file made and removed), or
+    exit 3 saying why not (folder_error); hint says which flag picks another folder."""
+    try:
+        for sub in subs or ("",):
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".arl-write-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise folder_error(path, exc, hint) from None
+
+
+def folder_error(path: Path, exc: OSError, hint: str) -> UserError:
+    """Exit 3 for a folder that cannot be made or written: a part of its path that is a file, a read-only
+    filesystem, no permission (as root: a read-only mount still says so), or a full disk."""
+    if is_disk_full(exc):
+        message, full_hint = disk_full_message(path)
+        return UserError(f"{message}: {exc.strerror}", full_hint, EXIT_ENV)
+    blocker = next((p for p in (*reversed(path.parents), path) if p.exists() and not p.is_dir()), None)
+    why = (f"{blocker} is {'a link to ' if blocker.is_symlink() else ''}a file, not a folder" if blocker is not None
+           else "its filesystem is read-only" if exc.errno == errno.EROFS
+           else "permission denied" if exc.errno in (errno.EACCES, errno.EPERM)
+           else exc.strerror or repr(exc))
+    return UserError(f"cannot make or write the folder {path}: {why}", hint, EXIT_ENV)

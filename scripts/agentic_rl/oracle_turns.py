@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli
+from agentic_rl import cli, files
 
 HINT = ('one JSON object per line: {"id": "<row id>", "turns": [{"tool_calls": [{"name": "calculator", '
         '"arguments": {"expression": "2 + 3"}}]}, {"content": "Answer: 5"}]} (examples.md, "The oracle file")')
@@ -55,10 +55,12 @@ def parse_lines(lines: Any) -> tuple[dict[str, list[dict]], list[tuple[int, str]
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            problems.append((lineno, f"not valid JSON ({exc})"))
+        try:  # strict, as every task file: no NaN, no lone surrogate, at most files.MAX_JSON_DEPTH levels
+            obj = files.parse_json_strict(line)
+        except files.JSONProblem as exc:
+            where = f" at column {exc.col}" if exc.col else ""
+            deep = ": every task file's limit, for tool arguments too" if "nested deeper" in exc.message else ""
+            problems.append((lineno, f"{exc.message}{where}{deep}"))
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), (str, int)) or isinstance(obj.get("id"), bool):
             problems.append((lineno, "needs an id (the row's id: a string or an integer)"))

@@ -156,6 +156,59 @@ def test_start_training_refuses_a_malformed_oracle_line(tool_task, tmp_path):
     assert proc.returncode == 2 and "work only with --rehearse" in proc.stderr
 
 
+def deep_line(row_id: str, levels: int) -> str:
+    """An oracle line whose tool arguments nest `levels` arrays deep: valid JSON."""
+    return json.dumps({"id": row_id, "turns": [{"tool_calls": [{"name": "calculator", "arguments": {
+        "expression": "@"}}]}]}).replace('"@"', "[" * levels + "]" * levels)
+
+
+def test_an_oracle_line_nested_too_deep_is_one_error_naming_its_line(tool_task, tmp_path, capsys):
+    import validate_data
+    from agentic_rl.launch import launcher
+
+    for levels in (40, 100_000):  # beyond the task files' limit (32), and beyond Python's recursion limit
+        oracle = tmp_path / "deep.jsonl"
+        oracle.write_text(ORACLE.read_text().splitlines(keepends=True)[0] + deep_line("x", levels) + "\n")
+        _, problems = oracle_turns.parse_lines(oracle.read_text().splitlines())
+        assert problems == [(2, "nested deeper than 32 levels: every task file's limit, for tool arguments too")]
+        out = tmp_path / "out"
+        assert launcher.main(["--input-dir", str(tool_task), "--output-dir", str(out), "--rehearse",
+                              "--oracle", str(oracle)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"Error: {oracle}:2: nested deeper than 32 levels") and "\nHint: one JSON object" in err
+        assert not out.exists()
+    assert validate_data.main([str(tool_task), "--oracle", str(oracle)]) == 1
+    err = capsys.readouterr().err
+    assert "Error: deep.jsonl:2: nested deeper than 32 levels" in err and "internal error" not in err, err
+
+
+def test_an_oracle_file_the_rehearsal_would_never_play_is_refused_at_start(tool_task, tmp_path, capsys):
+    """All lines for train rows while --sample is 0, or every id misspelt: every row would get its plain
+    ground truth and the rehearsal would pass without one tool call."""
+    from agentic_rl.launch import launcher
+
+    lines = [json.loads(line) for line in ORACLE.read_text().splitlines()]
+    train_ids = [json.loads(line)["id"] for line in (tool_task / "train.jsonl").read_text().splitlines()]
+    oracle, out = tmp_path / "oracle.jsonl", tmp_path / "out"
+
+    def launch(*extra: str) -> tuple[int, str]:
+        code = launcher.main(["--input-dir", str(tool_task), "--output-dir", str(out), *extra, "--oracle", str(oracle)])
+        return code, capsys.readouterr().err
+
+    oracle.write_text("".join(json.dumps(o) + "\n" for o in lines if o["id"] in train_ids[2:4]))
+    code, err = launch("--rehearse")
+    assert code == 2 and (f"Error: --oracle {oracle}: none of its lines is for a row this rehearsal plays (the rows "
+                          "of test.jsonl and the first 0 of train.jsonl): its 2 lines are for train rows 3 to 4") in err
+    assert "Hint: rehearse those rows too: add --sample 4" in err
+    assert launch("--rehearse", "--sample", "2")[0] == 2
+    oracle.write_text("".join(json.dumps({**o, "id": o["id"].upper()}) + "\n" for o in lines))
+    for mode in (("--rehearse", "--sample", "6"), ("--cpu-steps", "1")):
+        code, err = launch(*mode)
+        assert code == 1 and f"none of its {len(lines)} ids is the id of a row of train.jsonl or test.jsonl" in err
+        assert f"Hint: write each line's id as its row's id field (train.jsonl's first row has id {train_ids[0]!r})" in err
+    assert not out.exists()
+
+
 # --------------------------------------------------------------------------- real rehearsals
 
 

@@ -304,6 +304,19 @@ def test_an_existing_target_is_exit_4_and_a_non_model_folder_is_never_replaced(t
     assert export_model.main(["--output-dir", str(out), "--target", str(out / "checkpoints" / "x")]) == 2
 
 
+@needs_verl
+def test_a_target_under_a_regular_file_is_exit_3_before_the_merge(tmp_path, capsys):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile" / "model", tmp_path / "afile" / "deeper" / "model"):
+        assert export_model.main(["--output-dir", str(out), "--target", str(target)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"Error: cannot make or write the folder {target.parent}: {tmp_path / 'afile'} is a "
+                              "file, not a folder\nHint: pick a --target in a folder you can write"), err
+    assert not (out / "logs").exists()  # the merger never ran
+
+
 def test_force_never_replaces_the_run_or_task_folder_or_a_parent_of_either(example_task, tmp_path, capsys):
     """Issue 18 A.1: --force replaced any folder with a config.json, the task folder included."""
     out = tmp_path / "out"

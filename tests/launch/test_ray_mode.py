@@ -146,6 +146,30 @@ def test_nobody_listening_exits_3_fast(capsys):
     assert code == 3 and "Error: no Ray cluster answers at 127.0.0.1:" in err and "Traceback" not in err
 
 
+def test_a_port_that_is_not_ray_exits_3_at_once(capsys, tmp_path):
+    """A web server, or a listener that never answers, at --ray-address: ray.init would retry for minutes;
+    the HTTP/2 handshake every gRPC server answers tells them from Ray's GCS (the real head above passes it)."""
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    mute = socket.create_server(("127.0.0.1", 0))
+    try:
+        address = f"127.0.0.1:{web.server_address[1]}"
+        assert check_gpu.main(["--ray-address", address, "--required", "1"]) == 3
+        err = capsys.readouterr().err
+        assert f"Error: {address} answers, but not as Ray: no gRPC (HTTP/2) server there" in err
+        assert "Hint: start one (ray start --head ...) or fix --ray-address" in err and "Traceback" not in err
+        with pytest.raises(ray_cluster.UserError, match="answers, but not as Ray") as info:
+            ray_cluster._probe(f"127.0.0.1:{mute.getsockname()[1]}", timeout=0.5)
+        assert info.value.code == 3
+    finally:
+        web.shutdown()
+        web.server_close()
+        mute.close()
+
+
 def test_address_without_port_is_a_usage_error(capsys):
     with pytest.raises(ray_cluster.UserError) as info:
         ray_cluster.read_ray_nodes("head-node-without-port")

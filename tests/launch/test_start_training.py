@@ -98,6 +98,38 @@ def test_usage_and_environment_errors(tmp_path, example_task):
     assert not (tmp_path / "outputs").exists()
 
 
+def test_the_task_folder_or_a_link_to_it_is_no_output_folder(example_task, tmp_path, capsys, monkeypatch):
+    before = sorted(p.name for p in example_task.iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(example_task)
+    for out in (example_task, link, f"{example_task}/"):
+        assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"]) == 2
+        err = capsys.readouterr().err
+        assert f"Error: the output folder {out} is the task folder {example_task}" in err, err
+        assert f"Hint: pass another --output-dir (or EVO_OUTPUT_DIR), e.g. --output-dir {tmp_path}/outputs-" in err
+    monkeypatch.setenv("EVO_OUTPUT_DIR", str(link))
+    assert launcher.main(["--input-dir", str(example_task), "--rehearse"]) == 2
+    assert sorted(p.name for p in example_task.iterdir()) == before  # nothing written there
+
+
+def test_an_output_folder_that_cannot_be_made_or_written_is_exit_3(example_task, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "out"):
+        assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"]) == 3
+        err = capsys.readouterr().err
+        assert f"Error: cannot make or write the folder {out}: {tmp_path / 'afile'} is a file, not a folder" in err
+        assert "Hint: pass --output-dir a folder you can write" in err and "internal error" not in err
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user namespace here to mount a read-only filesystem in")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o ro tmpfs "{ro}" && exec "$0" "$@"',
+                           str(START), "--input-dir", str(example_task), "--output-dir", str(ro / "out"), "--rehearse"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and proc.stderr.startswith(
+        f"Error: cannot make or write the folder {ro / 'out'}: its filesystem is read-only\nHint:"), proc.stderr
+
+
 def test_training_without_gpus_flag_asks_check_gpu_and_stops_without_nvml(example_task, tmp_path):
     out = tmp_path / "out"
     proc = start(example_task, out)  # no NVML on a CPU machine: check_gpu says so with exit 3

@@ -369,6 +369,17 @@ def test_no_run_is_exit_2_and_vanished_is_exit_1(tmp_path, capsys):
     assert data["status"] == "failed" and data["detail"] == "vanished" and data["alive"] is False
 
 
+def test_a_folder_under_a_regular_file_holds_no_run(tmp_path, capsys):
+    import stop_training
+
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "out"):
+        assert check_status.main(["--output-dir", str(out)]) == 2
+        assert stop_training.main(["--output-dir", str(out), "--force"]) == 2
+        err = capsys.readouterr().err
+        assert err.count(f"Error: no run found in {out} (no training.status") == 2 and "damaged" not in err, err
+
+
 def test_stopped_and_completed_exit_0(tmp_path):
     write_status(tmp_path, status="stopped")
     assert check_status.main(["--output-dir", str(tmp_path)]) == 0

@@ -35,19 +35,42 @@ from pathlib import Path
 
 from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
 
+# An HTTP/2 client's first bytes: the preface and an empty SETTINGS frame (RFC 9113, 3.4). Ray's GCS and its
+# client server are gRPC, so HTTP/2: they answer with a SETTINGS frame of their own.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
 
 def _probe(address: str, timeout: float = 5.0) -> None:
-    """Fail fast on an address nobody listens on: ray.init would retry for a minute."""
+    """Fail fast on an address nobody listens on, or where something else than Ray's gRPC answers (a web
+    server, a database): ray.init would retry either for minutes. With TLS (RAY_USE_TLS) only the connection
+    is tried: the handshake would need Ray's certificates."""
     if address == "auto":
         return
     host, _, port = address.split("://")[-1].rpartition(":")
     if not port.isdigit():
         raise UserError(f"--ray-address {address!r} is not HOST:PORT", "pass e.g. --ray-address 10.0.0.1:6379", EXIT_USAGE)
+    hint = "start one (ray start --head ...) or fix --ray-address / RAY_ADDRESS"
     try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+        conn = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
     except OSError as exc:
-        raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc})",
-                        "start one (ray start --head ...) or fix --ray-address / RAY_ADDRESS", EXIT_ENV) from None
+        raise UserError(f"no Ray cluster answers at {address} ({exc.strerror or exc})", hint, EXIT_ENV) from None
+    head = b""
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        try:
+            conn.sendall(_H2_PREFACE)
+            while len(head) < 9 and (chunk := conn.recv(256)):
+                head += chunk
+        except OSError:  # a timeout (nothing came back) or a reset: not a gRPC server
+            pass
+    if len(head) < 9 or head[3] != _H2_SETTINGS:
+        said = head.decode("ascii", "replace").strip().splitlines()[0] if head.strip() else ""
+        raise UserError(f"{address} answers, but not as Ray: no gRPC (HTTP/2) server there"
+                        + (f" (it said {said[:40]!r})" if said else ""),
+                        f"{hint}; the GCS port is the one `ray start --head --port` was given (6379 by default)",
+                        EXIT_ENV)
 
 
 HEAD_RESOURCE = "node:__internal_head__"  # the resource Ray gives its head node alone

@@ -132,6 +132,7 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str]) -> dict:
             raise UserError(f"{url} serves {ids}, but the gateway asks for {name!r}",
                             f"restart that server with --served-model-name {name}", EXIT_FAIL)
     python = agl_python()
+    files.make_folders(output_dir / COMPARE_DIR, hint="compare in a run folder you can write: --output-dir of a copy")
     results = {role: score(python, input_dir, output_dir / COMPARE_DIR / role, url)
                for role, url in zip(ROLES, endpoints, strict=True)}
     base, trained = results["base"]["mean_reward"], results["trained"]["mean_reward"]

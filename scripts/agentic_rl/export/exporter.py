@@ -290,12 +290,14 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
                         "to a Python that has verl (the CPU one from `make verl-venv` works: .venv-verl/bin/python)",
                         EXIT_ENV)
     base = base_model(output_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    files.make_folders(target.parent, hint="pick a --target in a folder you can write")
     data_cleaned = remove_dead_partials(target)
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    log = output_dir / "logs" / f"export-global_step_{ckpt['step']}.log"
+    log = output_dir / run_dir.LOGS_DIR / f"export-global_step_{ckpt['step']}.log"
+    if not os.access(log.parent if log.parent.is_dir() else output_dir, os.W_OK | os.X_OK):  # a read-only run folder exports too
+        log = target.with_name(f"{target.name}.export.log")
     data = {"step": ckpt["step"], "checkpoint": str(ckpt["actor_dir"]), "target": str(target),
             "live_run": state["live"], "run_id": state["run_id"], "base_model": base,
             "merger": {"python": python, "chosen_as": how, "log": str(log),

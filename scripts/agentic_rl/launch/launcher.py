@@ -119,9 +119,6 @@ def check_args(args) -> None:
         raise UserError("--oracle and --model-endpoint exclude each other", "the oracle file is what the "
                         "rehearsal's own model plays: drop one of them", EXIT_USAGE)
     if args.oracle:
-        from agentic_rl import oracle_turns
-
-        oracle_turns.load(args.oracle)  # a malformed line: Error naming FILE:LINE, before anything starts
         args.oracle = str(Path(args.oracle).expanduser().resolve())
     from agentic_rl.checks import cluster_checks
 
@@ -217,6 +214,8 @@ def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bo
 def launch(args, overrides: list[str]) -> int:
     check_args(args)
     input_dir = task.resolve_input_dir(args.input_dir)
+    if args.oracle:
+        preflight.check_oracle(args.oracle, input_dir, int(args.sample or 0), args.cpu_steps is not None)
     output_dir = run_dir.resolve_output_dir(args.output_dir, input_dir)
     try:
         return launch_in(args, overrides, input_dir, output_dir)

@@ -22,10 +22,6 @@ GPU_KEY = "trainer.n_gpus_per_node"
 FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
 
 
-GPU_KEY = "trainer.n_gpus_per_node"
-FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
-
-
 
 def take_lock(output_dir: Path) -> int:
     """flock O/training.lock; exit 4 naming the holder when another start or run has it. A run whose status
@@ -218,3 +214,47 @@ def check_other_task(output_dir: Path, input_dir: Path, explicit: bool) -> None:
                     f"{input_dir}", f"give this task its own folder: --output-dir {own} (or set EVO_OUTPUT_DIR); "
                     f"to start in this one anyway, name it: --output-dir {shlex.quote(str(output_dir))}",
                     EXIT_CONFLICT)
+
+
+def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:
+    """--oracle FILE must script a row the run plays, or every row gets its plain ground truth and the run
+    passes with no tool call played: a rehearsal plays test.jsonl's rows and the first --sample N rows of
+    train.jsonl; a CPU run trains on train.jsonl and validates on test.jsonl. None of its lines for such a
+    row: exit 2 naming the --sample N that plays them, or exit 1 naming the ids that match no row (those
+    are warned about when other lines are played)."""
+    from agentic_rl import oracle_turns
+    from agentic_rl.checks import jsonl_checks
+
+    script = oracle_turns.load(path)  # a malformed line: Error naming FILE:LINE
+    position: dict[str, int] = {}  # scripted id -> index among the rows of its file (test rows: -1)
+    first_id = None
+    for name in ("train.jsonl", "test.jsonl"):
+        index = 0
+        for _lineno, row, _defect in jsonl_checks.iter_jsonl(input_dir / name) if (input_dir / name).is_file() else ():
+            if row is None:
+                continue  # the job's preflight names defective lines
+            index += 1
+            if "id" not in row:
+                continue
+            first_id = row["id"] if first_id is None else first_id
+            if str(row["id"]) in script and str(row["id"]) not in position:
+                position[str(row["id"])] = index - 1 if name == "train.jsonl" else -1
+    unknown = [rid for rid in script if rid not in position]
+    shown = ", ".join(repr(rid) for rid in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+    if not position:
+        raise UserError(f"--oracle {path}: none of its {len(script)} ids is the id of a row of train.jsonl or "
+                        f"test.jsonl ({shown}): no line would be played",
+                        "write each line's id as its row's id field"
+                        + (f" (train.jsonl's first row has id {first_id!r})" if first_id is not None else "")
+                        + f"; check the file with: python scripts/validate_data.py {shlex.quote(str(input_dir))} --oracle "
+                        f"{shlex.quote(path)}")
+    if not cpu and not any(i < sample for i in position.values()):
+        train = sorted(position.values())
+        raise UserError(f"--oracle {path}: none of its lines is for a row this rehearsal plays (the rows of "
+                        f"test.jsonl and the first {sample} of train.jsonl): its {len(train)} lines are for train "
+                        f"rows {train[0] + 1} to {train[-1] + 1}",
+                        f"rehearse those rows too: add --sample {train[-1] + 1} (the first {train[-1] + 1} train "
+                        "rows are played), or write lines for test.jsonl's rows", cli.EXIT_USAGE)
+    if unknown:
+        cli.print_warning(f"--oracle {path}: {len(unknown)} of its {len(script)} ids match no row of train.jsonl or "
+                          f"test.jsonl ({shown}): those lines are never played")

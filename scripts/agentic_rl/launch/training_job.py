@@ -184,13 +184,20 @@ class Run:
             except OSError:  # the log is on the full disk too
                 pass
             component = "disk" if disk_full else "trainer" if self.mode == "train" else "rehearsal"
-            exc = Failure(component, failures.classify_failure(
-                f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"))
+            exc = Failure(component, failures.classify_failure(self.failure_text(exc)))
         final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
         if disk_full or self.disk_full_now(exc.reason):
             message, hint = files.disk_full_message(self.output_dir)
             final.update(reason=f"{message}: {exc.reason}"[:600], hint=hint)
         return exc.code, final
+
+    def failure_text(self, exc: BaseException) -> str:
+        """What the failure classifier reads: this run's part of the log, then the exception's text (a Ray
+        task error's is the remote traceback, the frames that name VERL's failing call) and its repr."""
+        from agentic_rl.runs import run_status
+
+        log = "".join(run_status.this_run(run_dir.log_tail(self.output_dir).splitlines(keepends=True), self.run_id))
+        return f"{log}\n{exc}\n{exc!r}"
 
     def disk_full_now(self, reason: str) -> bool:
         """A failure on a full disk (a rollout that could not write, a checkpoint that could not be saved)
@@ -351,7 +358,7 @@ class Run:
         try:
             in_helper_thread(run_ppo, cfg, plan.wrap(train_rows), plan.wrap(test_rows))
         except Exception as exc:
-            text = f"{run_dir.log_tail(self.output_dir)}\n{exc!r}"
+            text = self.failure_text(exc)
             reason, late = failures.classify_failure(text), failures.late_config_error(text)
             if late:  # name the component and the config key behind it, as the preflight would
                 raise Failure(late[0], f"{late[1]}: {reason} ({late[2]})"[:500]) from None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -115,18 +116,21 @@ STATUS_FIELDS = {
 
 
 def resolve_output_dir(arg: str | os.PathLike | None, input_dir: str | os.PathLike | None = None) -> Path:
-    """--output-dir, else $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs. An empty value means the default."""
-    value = arg or os.environ.get("EVO_OUTPUT_DIR")
-    if value:
-        return Path(value).expanduser().resolve()
-    base = input_dir or os.environ.get("EVO_INPUT_DIR")
-    if not base:
-        raise UserError(
-            "no output folder given",
-            "pass --output-dir or set EVO_OUTPUT_DIR (or EVO_INPUT_DIR, whose ../outputs is the default)",
-            EXIT_USAGE,
-        )
-    return (Path(base).expanduser().resolve().parent / "outputs").resolve()
+    """--output-dir, else $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs. An empty value means the default.
+    Given the task folder input_dir, O is never it (nor a link to it): exit 2."""
+    value, base = arg or os.environ.get("EVO_OUTPUT_DIR"), input_dir or os.environ.get("EVO_INPUT_DIR")
+    if not value and not base:
+        raise UserError("no output folder given",
+                        "pass --output-dir or set EVO_OUTPUT_DIR (or EVO_INPUT_DIR, whose ../outputs is the default)",
+                        EXIT_USAGE)
+    out = Path(value).expanduser().resolve() if value else (Path(base).expanduser().resolve().parent / "outputs").resolve()
+    task_dir = Path(input_dir).expanduser().resolve() if input_dir else None
+    if task_dir is not None and (out == task_dir or out.is_dir() and task_dir.is_dir() and out.samefile(task_dir)):
+        own = shlex.quote(str(task_dir.parent / f"outputs-{task_dir.name}"))
+        raise UserError(f"the output folder {value or out} is the task folder {task_dir}: the run's files would land "
+                        "beside train.jsonl and judge.py", f"pass another --output-dir (or EVO_OUTPUT_DIR), e.g. "
+                        f"--output-dir {own}", EXIT_USAGE)
+    return out
 
 
 def other_task(output_dir: Path, input_dir: Path) -> str | None:
@@ -143,9 +147,10 @@ def other_task(output_dir: Path, input_dir: Path) -> str | None:
 
 
 def prepare(output_dir: Path) -> None:
-    """Create O with its checkpoints/ and logs/ (a start does this before it takes the lock)."""
-    for sub in (CHECKPOINTS_DIR, LOGS_DIR):
-        (output_dir / sub).mkdir(parents=True, exist_ok=True)
+    """Create O with its checkpoints/ and logs/ (a start does this before it takes the lock); exit 3 saying
+    why it cannot be made or written (a file in its path, a read-only filesystem)."""
+    files.make_folders(output_dir, CHECKPOINTS_DIR, LOGS_DIR, hint="pass --output-dir a folder you can write (or set "
+                       "EVO_OUTPUT_DIR)")
 
 
 def new_run_id() -> str:
@@ -188,7 +193,7 @@ def load_status(output_dir: str | os.PathLike) -> tuple[dict | None, str | None]
     path = Path(output_dir) / STATUS_FILE
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # O, or a folder above it, is a file: no run was ever there
         return None, None
     except (OSError, UnicodeDecodeError) as exc:
         return None, f"{path} is damaged: it cannot be read ({exc})"

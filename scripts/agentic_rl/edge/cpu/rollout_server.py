@@ -16,8 +16,9 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
   arrive together are decoded as one batch (edge/cpu/batch_engine.Engine, as vLLM batches), up to
   rollout.max_num_seqs or 8 per core; a weight update waits for the running batch and holds new ones back.
   With --oracle (edge/cpu/forced_turns.py) a row's oracle turns are forced instead of sampled.
-  A request without a seed gets one derived from the server's seed (vLLM's engine seed: rollout.seed,
-  else 0, plus the replica rank), the weights' version, the prompt, and how often that prompt was asked
+  A request without a seed gets one derived from the server's seed (as VERL seeds vLLM's engine: the
+  replica rank plus rollout.seed, a key VERL 0.8.0's schema lacks, so 0), the weights' version, the
+  prompt, and how often that prompt was asked
   under these weights: the n rollouts of a row differ, and a rerun samples the same answers whatever
   order the agents' requests arrive in (vLLM on a GPU interleaves them and does not: references/selftest.md).
 - CpuServerAdapter (BaseRollout, inside the actor worker): update_weights gets the per-tensor

@@ -1,0 +1,127 @@
+"""The run's MCP hub (edge/mcp_hub.py) with real servers over stdio: the real mcp-server-calculator, and a
+FastMCP server of the test's own (a slow tool, one that reads its environment, one that leaves a daemon).
+The agent's side (agents/mcp_client.py) calls it as a rollout does."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+from agentic_rl import mcp_config
+from agentic_rl.agents import mcp_client
+from agentic_rl.cli import UserError
+from agentic_rl.edge import agl, mcp_hub
+from conftest import SCRIPTS
+
+SERVER = '''
+import json, os
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP("probe")
+
+
+@mcp.tool()
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    import asyncio
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@mcp.tool()
+def env_names() -> str:
+    """The names of this server's environment, and whether the key is in it."""
+    return json.dumps({"names": sorted(os.environ), "key_seen": "the-run-key" in json.dumps(dict(os.environ))})
+
+
+@mcp.tool()
+def leave_daemon() -> int:
+    """Start a helper that detaches with a clean environment; its pid."""
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            os.execve("/bin/sleep", ["sleep", "300"], {})
+        os._exit(0)
+    os.wait()
+    return int(os.read(read, 32))
+
+
+mcp.run()
+'''
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """One hub for the module: two servers, started as the job starts them (the run's key in the job's
+    environment, where a leak would come from)."""
+    task = tmp_path_factory.mktemp("mcp_task")
+    (task / "server.py").write_text(SERVER)
+    (task / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
+        "calculator": {"command": "mcp-server-calculator"},
+        "probe": {"command": "python", "args": ["server.py"], "env": {"GREETING": "hi"}}}}))
+    logs = tmp_path_factory.mktemp("logs")
+    token = agl.new_key()
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS), mcp_hub.TOKEN_ENV: token,
+           "AGL_KEY": "the-run-key", "EVO_RUN_ID": "run-mcp-test"}
+    started = time.monotonic()
+    svc = mcp_hub.start(logs, task, env, ("the-run-key", token))
+    svc.start_s = time.monotonic() - started
+    svc.token = token
+    yield svc
+    agl.stop_service(svc, 5.0)
+
+
+def test_the_hub_lists_every_servers_tools_with_their_published_schemas(hub):
+    tools = mcp_client.list_tools((hub.url, hub.token))
+    assert [(t["server"], t["name"]) for t in tools] == [("calculator", "calculate"), ("probe", "slow"),
+                                                        ("probe", "env_names"), ("probe", "leave_daemon")]
+    schema = mcp_client.schema(tools[0])["function"]
+    assert schema["name"] == "calculate" and schema["parameters"]["required"] == ["expression"]
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        mcp_client.list_tools((hub.url, "not-the-token"))
+    assert denied.value.code == 401
+
+
+def test_calls_errors_and_timeouts_are_tool_results(hub):
+    tools = {t["name"]: t for t in mcp_client.list_tools((hub.url, hub.token))}
+    assert mcp_client.call((hub.url, hub.token), tools["calculate"], {"expression": "90 / (1/4)"}, 10) == ("360.0", False)
+    text, failed = mcp_client.call((hub.url, hub.token), tools["calculate"], {"expression": "1/0"}, 10)
+    assert failed and text.startswith("error:") and "division by zero" in text
+    text, failed = mcp_client.call((hub.url, hub.token), tools["calculate"], {}, 10)
+    assert failed and "expression" in text  # the server's own argument check
+    started = time.monotonic()
+    text, failed = mcp_client.call((hub.url, hub.token), tools["slow"], {"seconds": 30}, 1)
+    assert failed and "no result within 1 s" in text and time.monotonic() - started < 10
+    assert mcp_client.call((hub.url, hub.token), tools["slow"], {"seconds": 0}, 5) == ("done", False)  # it goes on
+    gone = {**tools["calculate"], "server": "nope"}
+    assert mcp_client.call((hub.url, hub.token), gone, {"expression": "1"}, 5)[1] is True
+
+
+def test_a_server_never_sees_the_key_unless_listed_and_its_daemons_end_with_the_hub(hub, tmp_path):
+    tools = {t["name"]: t for t in mcp_client.list_tools((hub.url, hub.token))}
+    seen = json.loads(mcp_client.call((hub.url, hub.token), tools["env_names"], {}, 10)[0])
+    assert not seen["key_seen"] and "AGL_KEY" not in seen["names"] and mcp_hub.TOKEN_ENV not in seen["names"]
+    assert {"EVO_RUN_ID", "GREETING", "PATH"} <= set(seen["names"])  # the run's id: the sweeps find it
+    assert mcp_config.server_env({"command": "x", "pass_env": ["AGL_KEY"]}, {"AGL_KEY": "k"})["AGL_KEY"] == "k"
+    daemon = int(mcp_client.call((hub.url, hub.token), tools["leave_daemon"], {}, 10)[0])
+    assert psutil.Process(daemon).ppid() == hub.proc.pid  # adopted by the hub, a child subreaper
+    assert "the-run-key" not in hub.log_path.read_text()
+    agl.stop_service(hub, 5.0)
+    time.sleep(0.2)
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_server_that_does_not_start_is_named(tmp_path):
+    (tmp_path / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
+        "calculator": {"command": "mcp-server-calculator"}, "ghost": {"command": "no-such-mcp-server"}}}))
+    with pytest.raises(UserError) as err:
+        mcp_hub.start(tmp_path / "logs", tmp_path, {**os.environ, "PYTHONPATH": str(SCRIPTS)})
+    assert "server 'ghost' (agent.json mcp_servers.ghost) failed at start: its command was not found" in err.value.message
+    assert "'calculator'" not in err.value.message and f"read {tmp_path / 'logs' / 'mcp.log'}" in err.value.hint

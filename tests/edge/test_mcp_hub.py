@@ -53,6 +53,12 @@ def leave_daemon() -> int:
     return int(os.read(read, 32))
 
 
+@mcp.tool()
+def die() -> str:
+    """End this server's process."""
+    os._exit(3)
+
+
 mcp.run()
 '''
 
@@ -81,7 +87,7 @@ def hub(tmp_path_factory):
 def test_the_hub_lists_every_servers_tools_with_their_published_schemas(hub):
     tools = mcp_client.list_tools((hub.url, hub.token))
     assert [(t["server"], t["name"]) for t in tools] == [("calculator", "calculate"), ("probe", "slow"),
-                                                        ("probe", "env_names"), ("probe", "leave_daemon")]
+                                                        ("probe", "env_names"), ("probe", "leave_daemon"), ("probe", "die")]
     schema = mcp_client.schema(tools[0])["function"]
     assert schema["name"] == "calculate" and schema["parameters"]["required"] == ["expression"]
     with pytest.raises(urllib.error.HTTPError) as denied:
@@ -120,8 +126,31 @@ def test_a_server_never_sees_the_key_unless_listed_and_its_daemons_end_with_the_
 
 def test_a_server_that_does_not_start_is_named(tmp_path):
     (tmp_path / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
-        "calculator": {"command": "mcp-server-calculator"}, "ghost": {"command": "no-such-mcp-server"}}}))
+        "ghost": {"command": "no-such-mcp-server"}}}))
     with pytest.raises(UserError) as err:
         mcp_hub.start(tmp_path / "logs", tmp_path, {**os.environ, "PYTHONPATH": str(SCRIPTS)})
     assert "server 'ghost' (agent.json mcp_servers.ghost) failed at start: its command was not found" in err.value.message
-    assert "'calculator'" not in err.value.message and f"read {tmp_path / 'logs' / 'mcp.log'}" in err.value.hint
+    assert f"read {tmp_path / 'logs' / 'mcp.log'}" in err.value.hint
+
+
+def test_a_server_that_dies_mid_run_is_seen(tmp_path, monkeypatch):
+    """Its tools would fail every call from then on: the hub's ping sees it go and the hub ends (the job's
+    watchdog then fails the run in the hub's words)."""
+    import asyncio
+
+    (tmp_path / "server.py").write_text(SERVER)
+    monkeypatch.setattr(mcp_hub, "PING_EVERY_S", 0.2)
+    monkeypatch.setenv("PYTHONPATH", str(SCRIPTS))
+
+    async def scenario() -> tuple[str, bool, dict]:
+        hub = mcp_hub.Hub({"probe": {"command": "python", "args": ["server.py"]}}, str(tmp_path))
+        await hub.start()
+        text, failed = await hub.call("probe", "die", {}, 1)
+        await asyncio.wait_for(hub.died.wait(), 10)
+        after = await hub.call("probe", "slow", {"seconds": 0}, 5)
+        await hub.stop()
+        return text, failed, {"gone": hub.gone, "after": after}
+
+    text, failed, seen = asyncio.run(scenario())
+    assert failed and text.startswith("error:")
+    assert "probe" in seen["gone"] and seen["after"][1] is True and "cannot take the call" in seen["after"][0]

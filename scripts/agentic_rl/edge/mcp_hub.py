@@ -44,6 +44,7 @@ from agentic_rl.edge import reaper
 TOKEN_ENV = "ARL_MCP_TOKEN"
 HOST = "127.0.0.1"
 CALL_GRACE_S = 5.0
+PING_EVERY_S = 5.0  # a started server is pinged this often: one that died ends the hub, and so the run
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -105,11 +106,12 @@ class Hub:
         self.errors: dict[str, str] = {}
         self.gone: dict[str, str] = {}
         self._stop: asyncio.Event | None = None
+        self.died: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
         """Start every server at once; errors per server in self.errors."""
-        self._stop = asyncio.Event()
+        self._stop, self.died = asyncio.Event(), asyncio.Event()
         ready = {name: asyncio.get_running_loop().create_future() for name in self.servers}
         self._tasks = [asyncio.create_task(self._hold(name, spec, ready[name])) for name, spec in self.servers.items()]
         await asyncio.gather(*ready.values(), return_exceptions=True)
@@ -130,13 +132,19 @@ class Hub:
                     self.sessions[name] = session
                     ready.set_result(True)
                     limit.reschedule(None)  # started: it lives as long as the run
-                    await self._stop.wait()
+                    while not self._stop.is_set():
+                        try:
+                            await asyncio.wait_for(self._stop.wait(), PING_EVERY_S)
+                        except TimeoutError:
+                            phase = "ping"
+                            await asyncio.wait_for(session.send_ping(), PING_EVERY_S * 2)
         except BaseException as exc:  # noqa: BLE001 - one server's failure is reported, never the hub's crash
             if not ready.done():
                 self.errors[name] = f"{phase}: {describe_error(exc)}"
                 ready.set_result(False)
             else:
-                self.gone[name] = describe_error(exc)
+                self.gone[name] = f"{phase}: {describe_error(exc)}"
+                self.died.set()
             self.sessions.pop(name, None)
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -252,10 +260,14 @@ async def serve(input_dir: Path, port: int, token: str) -> int:
     done = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
-    await done.wait()
+    ended = asyncio.ensure_future(done.wait())
+    await asyncio.wait([ended, asyncio.ensure_future(hub.died.wait())], return_when=asyncio.FIRST_COMPLETED)
     httpd.shutdown()
+    if not done.is_set():  # a server died mid-run: its tools would fail every call from here on
+        log("; ".join(f"server {name!r} (agent.json {mcp_config.KEY}.{name}) died during the run at {why}"
+                      for name, why in hub.gone.items()))
     await hub.stop()
-    return 0
+    return 0 if done.is_set() else 1
 
 
 def main(argv: list[str] | None = None) -> int:

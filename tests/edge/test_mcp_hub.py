@@ -19,13 +19,16 @@ from agentic_rl.edge import agl, mcp_hub
 from conftest import SCRIPTS
 
 SERVER = '''
-import json, os
+import json, os, sys
 from mcp.server.fastmcp import FastMCP
 
-mcp = FastMCP("probe")
+# `server.py`: stdio; `server.py PORT`: streamable HTTP on 127.0.0.1:PORT/mcp, its tools named web_*
+HTTP = len(sys.argv) > 1
+mcp = FastMCP("probe", host="127.0.0.1", port=int(sys.argv[1]) if HTTP else 8000)
+tool = lambda: lambda fn: mcp.tool(name=("web_" if HTTP else "") + fn.__name__)(fn)
 
 
-@mcp.tool()
+@tool()
 async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     import asyncio
@@ -33,13 +36,13 @@ async def slow(seconds: float) -> str:
     return "done"
 
 
-@mcp.tool()
+@tool()
 def env_names() -> str:
     """The names of this server's environment, and whether the key is in it."""
     return json.dumps({"names": sorted(os.environ), "key_seen": "the-run-key" in json.dumps(dict(os.environ))})
 
 
-@mcp.tool()
+@tool()
 def leave_daemon() -> int:
     """Start a helper that detaches with a clean environment; its pid."""
     read, write = os.pipe()
@@ -53,41 +56,53 @@ def leave_daemon() -> int:
     return int(os.read(read, 32))
 
 
-@mcp.tool()
+@tool()
 def die() -> str:
     """End this server's process."""
     os._exit(3)
 
 
-mcp.run()
+mcp.run("streamable-http" if HTTP else "stdio")
 '''
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    """One hub for the module: two servers, started as the job starts them (the run's key in the job's
-    environment, where a leak would come from)."""
+    """One hub for the module: two stdio servers and one over streamable HTTP, started as the job starts
+    them (the run's key in the job's environment, where a leak would come from)."""
+    import subprocess
+    import sys
+
     task = tmp_path_factory.mktemp("mcp_task")
     (task / "server.py").write_text(SERVER)
+    port = agl.free_port()
+    web = subprocess.Popen([sys.executable, "server.py", str(port)], cwd=task, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     (task / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
         "calculator": {"command": "mcp-server-calculator"},
-        "probe": {"command": "python", "args": ["server.py"], "env": {"GREETING": "hi"}}}}))
+        "probe": {"command": "python", "args": ["server.py"], "env": {"GREETING": "hi"}},
+        "web": {"url": f"http://127.0.0.1:{port}/mcp"}}}))
     logs = tmp_path_factory.mktemp("logs")
     token = agl.new_key()
     env = {**os.environ, "PYTHONPATH": str(SCRIPTS), mcp_hub.TOKEN_ENV: token,
            "AGL_KEY": "the-run-key", "EVO_RUN_ID": "run-mcp-test"}
     started = time.monotonic()
-    svc = mcp_hub.start(logs, task, env, ("the-run-key", token))
-    svc.start_s = time.monotonic() - started
-    svc.token = token
-    yield svc
-    agl.stop_service(svc, 5.0)
+    try:
+        svc = mcp_hub.start(logs, task, env, ("the-run-key", token))
+        svc.start_s = time.monotonic() - started
+        svc.token = token
+        yield svc
+        agl.stop_service(svc, 5.0)
+    finally:
+        web.kill()
+        web.wait()
 
 
 def test_the_hub_lists_every_servers_tools_with_their_published_schemas(hub):
     tools = mcp_client.list_tools((hub.url, hub.token))
-    assert [(t["server"], t["name"]) for t in tools] == [("calculator", "calculate"), ("probe", "slow"),
-                                                        ("probe", "env_names"), ("probe", "leave_daemon"), ("probe", "die")]
+    names = ["slow", "env_names", "leave_daemon", "die"]
+    assert [(t["server"], t["name"]) for t in tools] == [("calculator", "calculate"), *[("probe", n) for n in names],
+                                                        *[("web", "web_" + n) for n in names]]
     schema = mcp_client.schema(tools[0])["function"]
     assert schema["name"] == "calculate" and schema["parameters"]["required"] == ["expression"]
     with pytest.raises(urllib.error.HTTPError) as denied:
@@ -106,6 +121,7 @@ def test_calls_errors_and_timeouts_are_tool_results(hub):
     text, failed = mcp_client.call((hub.url, hub.token), tools["slow"], {"seconds": 30}, 1)
     assert failed and "no result within 1 s" in text and time.monotonic() - started < 10
     assert mcp_client.call((hub.url, hub.token), tools["slow"], {"seconds": 0}, 5) == ("done", False)  # it goes on
+    assert mcp_client.call((hub.url, hub.token), tools["web_slow"], {"seconds": 0}, 5) == ("done", False)  # over HTTP
     gone = {**tools["calculate"], "server": "nope"}
     assert mcp_client.call((hub.url, hub.token), gone, {"expression": "1"}, 5)[1] is True
 
@@ -122,6 +138,20 @@ def test_a_server_never_sees_the_key_unless_listed_and_its_daemons_end_with_the_
     agl.stop_service(hub, 5.0)
     time.sleep(0.2)
     assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_services_log_masks_the_runs_secrets(tmp_path):
+    """What a tool, a server or an agent prints reaches O/logs/*.log masked (issue 34.8)."""
+    import sys
+
+    code = "import os; print('env:', os.environ['SECRET'], flush=True); print('half', end=''); print(' line')"
+    proc = agl.spawn_logged("svc", [sys.executable, "-c", code], tmp_path, {**os.environ, "SECRET": "s3cr3t-key"},
+                            ("s3cr3t-key",))
+    assert proc.wait(30) == 0
+    agl.Service("svc", proc, tmp_path / "svc.log").log_tail()  # waits for the copier
+    text = (tmp_path / "svc.log").read_text()
+    assert "s3cr3t-key" not in text and f"env: {agl.REDACTED}" in text and "half line" in text
+    assert oct((tmp_path / "svc.log").stat().st_mode & 0o777) == "0o600"
 
 
 def test_a_server_that_does_not_start_is_named(tmp_path):

@@ -162,7 +162,8 @@ def spawn_logged(name: str, cmd: list[str], logs_dir: Path, env: dict, secrets: 
     """A service in its own session, cwd O/logs, its output in O/logs/NAME.log (0600: a service logs its config
     and the agents' output, whatever a tool or a judge prints). With secrets, the output goes through a pipe
     that a thread here copies to the log line by line with each secret masked: what an agent's tool prints
-    (its environment, say) lands there as ***redacted***."""
+    (its environment, say) lands there as ***redacted***. A job killed with SIGKILL takes the pipe's reader
+    with it: a service ends at its next line of output, which a run without its job should anyway."""
     logs_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs_dir / f"{name}.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -211,6 +211,9 @@ def test_the_samples_show_the_tool_calls_with_their_results(tool_run):
 def test_the_mcp_server_ran_once_for_the_run_and_ended_with_it(tool_run):
     log = (tool_run.out / "training.log").read_text()
     assert log.count("MCP servers up (calculator)") == 1, log[-3000:]
+    # the agents ended their tools' daemons themselves; nothing of the run's own (Ray, the services) was taken
+    # for a rollout's leftover by the job's sweep
+    assert "left behind" not in log and "left below the job" not in log, log[-3000:]
     hub = tool_run.status["services"]["mcp"]
     import psutil
 

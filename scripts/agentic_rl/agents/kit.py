@@ -61,7 +61,7 @@ FAILURE_AGENT = "agent"
 MODEL_CALL_FAILED = "model call failed"  # the start of the bundled agents' reason when a model call fails
 JUDGE_ERROR = "judge error"
 KEY_ENV = "AGL_KEY"
-# What only the agent may read: the gateway's key (and the services' copy of it), the MCP hub's address and token.
+# What only the agent may read: the gateway's key (and the services' copy of it), the MCP hub's token.
 SECRET_ENV = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN")
 MCP_URL_ENV, MCP_TOKEN_ENV = "ARL_MCP_URL", "ARL_MCP_TOKEN"
 
@@ -206,7 +206,7 @@ class Rollout:
     def __init__(self, env: Any):
         self.env = env
         self.key, self.event_url = env.get(KEY_ENV, ""), env["AGL_EVENT_URL"]
-        # The run's MCP hub (launch/mcp_servers.py), when the task declares servers: (url, token).
+        # The run's MCP hub (edge/mcp_hub.py), when the task declares servers: (url, token).
         self.mcp = (env[MCP_URL_ENV], env.get(MCP_TOKEN_ENV, "")) if env.get(MCP_URL_ENV) else None
         self.id = rollout_id(self.event_url)
         self.input_dir, self.output_dir = env["ARL_INPUT_DIR"], env.get("ARL_OUTPUT_DIR", "")

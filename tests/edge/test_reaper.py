@@ -14,8 +14,9 @@ from agentic_rl.edge import procs
 from conftest import SCRIPTS
 
 # A stand-in for the job: a child subreaper carrying the run's id and folder. It starts a helper that
-# daemonizes with a clean environment, one that daemonizes keeping a rollout's AGL_EVENT_URL, and one
-# child of its own (the run's id, no rollout URL: a service); then reports what it adopted.
+# daemonizes with a clean environment, one that daemonizes keeping a rollout's AGL_EVENT_URL, a child of its
+# own (the run's id, no rollout URL: a service) and one without the markers in its session (a probe, as
+# ray_cluster's); then reports what it adopted.
 JOB = r"""
 import json, os, subprocess, sys, time
 from agentic_rl.edge import reaper
@@ -31,9 +32,11 @@ def detach(env):
 detach({})
 detach({"EVO_RUN_ID": os.environ["EVO_RUN_ID"], "AGL_EVENT_URL": "http://127.0.0.1:1/events"})
 own = subprocess.Popen(["/bin/sleep", "300"])
+probe = subprocess.Popen(["/bin/sleep", "300"], env={})  # a probe of its own without the run's markers: its session
 time.sleep(0.3)
 left = reaper.adopted_leftovers(os.environ["EVO_RUN_ID"])
-print(json.dumps({"own": own.pid, "left": left, "below": [p for p, _ in reaper.descendants(os.getpid())]}), flush=True)
+print(json.dumps({"own": own.pid, "probe": probe.pid, "left": left,
+                  "below": [p for p, _ in reaper.descendants(os.getpid())]}), flush=True)
 if sys.argv[1] == "sweep":
     print(json.dumps({"ended": reaper.end_trees(left)}), flush=True)
 time.sleep(300)
@@ -57,7 +60,7 @@ def alive(pid: int) -> bool:
 def test_a_daemon_with_a_clean_environment_is_ended_by_the_runs_stop(tmp_path):
     job, seen = start_job(tmp_path, "stop")
     try:
-        daemons = [p for p in seen["below"] if p != seen["own"]]
+        daemons = [p for p in seen["below"] if p not in (seen["own"], seen["probe"])]
         assert len(daemons) == 2 and all(alive(p) for p in daemons)  # adopted by the job: still below it
         # The daemon carries no run id: only the tree proves it the run's. The stop (--force) follows it.
         left = procs.kill_run("run-reaper-test", tmp_path, timeout=2.0, term_first=False)
@@ -75,10 +78,11 @@ def test_the_job_ends_what_a_finished_rollout_left_and_keeps_its_own(tmp_path):
     job, seen = start_job(tmp_path, "sweep")
     try:
         ended = json.loads(job.stdout.readline())["ended"]
-        assert sorted(seen["left"]) == sorted(p for p in seen["below"] if p != seen["own"])  # both daemons
-        assert seen["own"] not in seen["left"] and sorted(ended) == sorted(seen["left"])
+        daemons = [p for p in seen["below"] if p not in (seen["own"], seen["probe"])]
+        assert len(daemons) == 2 and sorted(seen["left"]) == sorted(daemons)
+        assert sorted(ended) == sorted(seen["left"])
         time.sleep(0.2)
-        assert alive(seen["own"]) and not any(alive(p) for p in ended)
+        assert alive(seen["own"]) and alive(seen["probe"]) and not any(alive(p) for p in ended)
     finally:
         procs.kill_run("run-reaper-test", tmp_path, timeout=2.0, term_first=False)
         job.wait()

@@ -38,15 +38,15 @@ def become_subreaper() -> bool:
         return False
 
 
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state letter) from /proc/PID/stat; None when it is gone."""
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state letter, session id) from /proc/PID/stat; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             text = fh.read().decode("ascii", "replace")
     except OSError:
         return None
     fields = text[text.rfind(")") + 2:].split()  # the name in parentheses may hold spaces
-    return (int(fields[1]), fields[0]) if len(fields) > 1 else None
+    return (int(fields[1]), fields[0], int(fields[3])) if len(fields) > 3 else None
 
 
 def descendants(pid: int) -> list[tuple[int, int]]:
@@ -83,13 +83,19 @@ ROLLOUT_ENV = "AGL_EVENT_URL"  # what Agent Lightning's controller gives each ro
 
 def adopted_leftovers(run_id: str, run_id_env: str = "EVO_RUN_ID") -> list[int]:
     """Children of this process (a child subreaper) that a finished rollout left to it: an orphan carrying a
-    rollout's AGL_EVENT_URL, or not the run's id (a daemon's clean environment). The job's own children
-    (its services, Ray) carry the id and no rollout's URL; a live agent keeps its orphans below itself,
+    rollout's AGL_EVENT_URL, or one without the run's id (a daemon's clean environment) in a session other
+    than ours. The job's own children carry the id and no rollout's URL (its services, Ray), or run in its
+    session (a probe it started without the run's markers); a live agent keeps its orphans below itself,
     so one that reaches the job outlived its rollout (an agent killed at its timeout)."""
+    own_session = os.getsid(0)
     out = []
     for pid, depth in descendants(os.getpid()):
-        env = environ(pid) if depth == 1 else None
-        if env is not None and (env.get(run_id_env) != run_id or ROLLOUT_ENV in env):
+        if depth != 1:
+            continue
+        env, found = environ(pid), _stat(pid)
+        if env is None or found is None:
+            continue
+        if ROLLOUT_ENV in env or (env.get(run_id_env) != run_id and found[2] != own_session):
             out.append(pid)
     return out
 

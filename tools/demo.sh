@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make demo: the whole workflow on assets/example, as far as this machine allows, then the
-# tool-using agent of assets/tool_example rehearsed with its oracle file, then the learning self-test.
+# tool-using agent of assets/tool_example rehearsed with its oracle file, and the same agent on the
+# real MCP server of assets/mcp_example (mcp-server-calculator, as Agent Lightning's calc_x runs it),
+# then the learning self-test.
 # Works on a copy (build/demo/task), never on assets/example itself. Without a GPU (check_gpu
 # exits 3) or without verl, step 7 is the CPU rehearsal of the launch path.
 set -euo pipefail
@@ -63,6 +65,19 @@ bash "$root/scripts/start_training.sh" --input-dir "$tool_task" --output-dir "$t
   --oracle "$tool_task/oracle.jsonl"
 "$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --watch 2 >/dev/null || true
 "$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --samples 1 || rc=$?
+
+# MCP tools: assets/mcp_example declares mcp-server-calculator in agent.json's mcp_servers; the run starts
+# it once, behind the hub every rollout's agent calls (edge/mcp_hub.py).
+mcp_task="$demo/mcp_task"
+mcp_out="$demo/mcp_outputs"
+cp -r "$root/assets/mcp_example" "$mcp_task"
+step "MCP tools: validate_data.py --oracle (each server started, its tools listed)"
+"$py" "$root/scripts/validate_data.py" "$mcp_task" --oracle "$mcp_task/oracle.jsonl" || rc=$?
+step "MCP tools: start_training.sh --rehearse --oracle (the calls run on the real mcp-server-calculator)"
+bash "$root/scripts/start_training.sh" --input-dir "$mcp_task" --output-dir "$mcp_out" --rehearse \
+  --oracle "$mcp_task/oracle.jsonl"
+"$py" "$root/scripts/check_status.py" --output-dir "$mcp_out" --watch 2 >/dev/null || true
+"$py" "$root/scripts/check_status.py" --output-dir "$mcp_out" --samples 1 || rc=$?
 
 # Last, does training learn here? assets/selftest trained for its own N steps through the real loop
 # (on CPU; on the GPUs step 3 picked where a GPU and verl are), ending with the verdict line.

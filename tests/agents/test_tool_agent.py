@@ -122,11 +122,80 @@ def test_a_tool_that_ends_its_process_ends_only_the_child(tmp_path):
     assert failed and "exited with code 3" in text
 
 
+def test_the_worker_keeps_state_and_stops_a_tool_stuck_in_c_code(tmp_path):
+    """A runaway regex holds the GIL in C: no thread can stop it; the worker's own SIGALRM does (issue 34.9)."""
+    (tmp_path / "tools.py").write_text(
+        "import re, signal, time\n_n = []\n"
+        "def count() -> int:\n    '''Count the calls.'''\n    _n.append(1)\n    return len(_n)\n"
+        "def runaway(n: int) -> bool:\n    '''Backtrack for ever.'''\n"
+        "    return bool(re.match(r'(a+)+$', 'a' * n + 'b'))\n"
+        "def deaf(x: int) -> int:\n    '''Block SIGALRM, then hang.'''\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    time.sleep(60)\n")
+    fns, _, _ = toolbox.load(tmp_path)
+    worker = toolbox.Worker(fns)
+    try:
+        assert [toolbox.call(fns, "count", {}, 5, "worker", worker) for _ in range(2)] == [("1", False), ("2", False)]
+        first = worker.pid
+        started = time.monotonic()
+        text, failed = toolbox.call(fns, "runaway", {"n": 40}, 1, "worker", worker)
+        assert failed and "no result within 1 s and was stopped" in text and time.monotonic() - started < 10
+        assert toolbox.call(fns, "count", {}, 5, "worker", worker) == ("1", False)  # a fresh worker: state gone
+        assert worker.pid != first
+        started = time.monotonic()
+        text, failed = toolbox.call(fns, "deaf", {"x": 1}, 1, "worker", worker)
+        assert failed and "no result within 1 s" in text and time.monotonic() - started < 10  # the agent ended it
+    finally:
+        worker.close()
+    assert worker.pid is None
+
+
+def test_the_agent_process_ends_its_tools_daemons_and_hides_the_key(tool_task, tmp_path):
+    """A real agent process (kit.main): its tool daemonizes (double fork, setsid, a clean environment) and
+    returns its environment's names; the rollout's end leaves no process, and no tool saw the key
+    (issue 34.1, 34.8)."""
+    import os
+    import subprocess
+    import sys
+
+    from agentic_rl.launch import oracle_server
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (tool_task / "tools.py").write_text(
+        "import json, os\n"
+        "def calculator(expression: str) -> str:\n    '''Leave a daemon; say what the environment holds.'''\n"
+        f"    probe = {str(probe)!r}\n"
+        "    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+        "            open(os.path.join(probe, f'daemon-{os.getpid()}'), 'w').close()\n"
+        "            os.execve('/bin/sleep', ['sleep', '300'], {})\n        os._exit(0)\n    os.wait()\n"
+        "    open(os.path.join(probe, 'env.json'), 'w').write(json.dumps(dict(os.environ)))\n"
+        "    return '15'\n")
+    row = json.loads((tool_task / "train.jsonl").read_text().splitlines()[1])
+    script = oracle_turns.load(ORACLE)
+    template = (tool_task / "task.goal").read_text()
+    server = oracle_server.OracleServer(oracle_server.oracle_answers([row], template, script=script)).start()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "scripts"), "ARL_ROW": json.dumps(row),
+               "ARL_INPUT_DIR": str(tool_task), "AGL_OPENAI_BASE_URL": server.url, "AGL_KEY": "the-run-key",
+               "ARL_AGL_KEY": "the-run-key", "AGL_EVENT_URL": server.url + "/rollouts/r1/attempt/1/events"}
+        proc = subprocess.run([sys.executable, "-c", "from agentic_rl.agents.tool_agent import ToolAgent; ToolAgent().run()"],
+                              env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        server.stop()
+    assert proc.returncode == 0 and "reward=1.0" in proc.stdout, proc.stdout + proc.stderr
+    daemons = [int(p.name.split("-")[1]) for p in probe.glob("daemon-*")]
+    assert daemons and not [p for p in daemons if procs.process_state(p) not in (None, "zombie")]
+    seen = json.loads((probe / "env.json").read_text())
+    assert "the-run-key" not in json.dumps(seen) and seen["ARL_INPUT_DIR"] == str(tool_task)
+
+
 def test_a_task_folder_with_tools_runs_the_tool_agent(tool_task):
     assert job_config.agent_class_for(tool_task, {"model_name": "m"}) == job_config.TOOL_AGENT
     assert job_config.agent_class_for(tool_task, {"model_name": "m", "agent_class": "a:B"}) == job_config.TASK_FOLDER_AGENT
     (tool_task / "tools.py").unlink()
     assert job_config.agent_class_for(tool_task, {"model_name": "m"}) == job_config.BUNDLED_AGENT
+    servers = {"calc": {"command": "mcp-server-calculator"}}
+    assert job_config.agent_class_for(tool_task, {"model_name": "m", "mcp_servers": servers}) == job_config.TOOL_AGENT
 
 
 # --------------------------------------------------------------------------- the oracle file

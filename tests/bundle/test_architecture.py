@@ -4,7 +4,8 @@
 - Imports between the rooms run one way only (ALLOWED): the gates (checks) and the run folder's readers
   (runs) never import the run itself (launch); edge imports nothing of the domain, only the shared root.
 - Only scripts/agentic_rl/edge/ imports the outside worlds (NVML, processes and signals, Agent Lightning,
-  Hydra/OmegaConf/VERL, Ray), at any depth (function-level imports count).
+  Hydra/OmegaConf/VERL, Ray, the MCP SDK), at any depth (function-level imports count); only edge/procs.py and
+  edge/reaper.py (its standard-library twin, which the agents use to end what their tools left) send signals.
 - Nothing in the package imports a CLI, and the package's imports have no cycle.
 - No module over MAX_LINES lines unless its docstring's first paragraph says why.
 - tests/ mirrors the rooms: a folder per concern, each test module in one of them.
@@ -30,16 +31,18 @@ PACKAGE = SCRIPTS / "agentic_rl"
 EDGE = PACKAGE / "edge"
 AGENTS = PACKAGE / "agents"
 # What an agent process may import of the package: every rollout pays for its imports (stdlib only beyond these).
+# edge.reaper is the standard-library end of a rollout's process tree (a child subreaper, its descendants ended).
 AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.untrusted", "agentic_rl.files", "agentic_rl.runs", "agentic_rl.runs.run_dir",
                  "agentic_rl.task",
-                 "agentic_rl.agents"}
+                 "agentic_rl.agents", "agentic_rl.edge", "agentic_rl.edge.reaper"}
 TESTS = ROOT / "tests"
 
 # The outside worlds and the one edge module that may reach each.
 OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": ("agl", "stand_ins"), "hydra": "verl_config",
            "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge", "stand_ins", "rollout_server"),
-           "ray": ("ray_cluster", "verl_config", "rollout_server")}
-SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs sends signals
+           "ray": ("ray_cluster", "verl_config", "rollout_server"), "mcp": "mcp_hub"}
+SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs (psutil) and edge/reaper (stdlib) send signals
+SIGNALLERS = ("procs.py", "reaper.py")
 
 # The rooms of the package; "" is its root, the pieces every room shares (cli, files, bootstrap, and the
 # contracts of the task folder and the oracle file).
@@ -50,7 +53,7 @@ ROOMS = ("", "agents", "checks", "edge", "export", "launch", "runs")
 ALLOWED = {
     "": {"edge"},
     "edge": {""},
-    "agents": {"", "runs"},
+    "agents": {"", "runs", "edge"},  # edge: reaper only (AGENT_IMPORTS)
     "checks": {"", "edge", "agents"},
     "runs": {"", "edge"},
     "launch": {"", "edge", "agents", "checks", "runs"},
@@ -181,7 +184,7 @@ def test_only_edge_reaches_the_outside_worlds(path):
     for node in ast.walk(ast.parse(path.read_text())):
         if (isinstance(node, ast.Attribute) and node.attr in SIGNALLING and isinstance(node.value, ast.Name)
                 and node.value.id == "os"):
-            assert path == EDGE / "procs.py", f"{path.relative_to(SCRIPTS)}:{node.lineno} calls os.{node.attr}"
+            assert path in [EDGE / name for name in SIGNALLERS], f"{path.relative_to(SCRIPTS)}:{node.lineno} calls os.{node.attr}"
 
 
 def test_the_package_imports_no_cli_and_has_no_cycle():

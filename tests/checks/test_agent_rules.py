@@ -176,3 +176,62 @@ def test_a_tool_task_without_tool_parsing_is_refused_at_the_training_launch():
     assert err.value.component == "config" and PARSER in err.value.reason
     values[PARSER] = "hermes"
     job_config.check_tool_parsing(values.get)
+
+
+# --------------------------------------------------------------------------- MCP servers (agent.json mcp_servers)
+
+MCP_EXAMPLE = ROOT / "assets" / "mcp_example"
+
+
+def test_the_mcp_example_validates_and_lists_each_servers_tools(tmp_path):
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    code, report = validate(task, "--oracle", str(task / "oracle.jsonl"))
+    assert code == 0, rows(report, "fail")
+    assert [(t.get("server"), t["function"]["name"]) for t in report["data"]["tools"]] == [("calculator", "calculate")]
+    assert any(c["where"] == "agent.json:mcp_servers.calculator" and "calculate" in c["message"] for c in rows(report, "ok"))
+    assert report["data"]["multi_call"] == "mcp_servers"
+    # a tools.py whose function has the server's tool's name: the model could not tell them apart
+    (task / "tools.py").write_text("def calculate(expression: str) -> str:\n    '''Evaluate.'''\n    return expression\n")
+    code, report = validate(task)
+    clash = [c for c in rows(report, "fail") if "published by MCP server 'calculator' and by tools.py" in c["message"]]
+    assert code == 1 and clash[0]["where"] == "agent.json:mcp_servers.calculator"
+
+
+def test_a_server_that_does_not_start_or_answer_is_one_finding_each(tmp_path):
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    edit_json(task / "agent.json", lambda a: a["mcp_servers"].update(
+        ghost={"command": "no-such-mcp-server"},
+        mute={"command": "python", "args": ["-c", "import time; time.sleep(60)"], "start_timeout_s": 1}))
+    code, report = validate(task)
+    failed = {c["where"]: c["message"] for c in rows(report, "fail")}
+    # exactly these two: a process left behind would be a third finding (the probe's guards)
+    assert code == 1 and set(failed) == {"agent.json:mcp_servers.ghost", "agent.json:mcp_servers.mute"}, failed
+    assert "failed at start: its command was not found" in failed["agent.json:mcp_servers.ghost"]
+    assert "failed at initialize: it gave no answer in time" in failed["agent.json:mcp_servers.mute"]
+
+
+def test_mcp_server_entries_are_checked_before_anything_starts(tool_task):
+    edit_json(tool_task / "agent.json", lambda a: a.update(mcp_servers={
+        "web": {"url": "http://example.com/mcp"}, "both": {"command": "x", "url": "http://127.0.0.1:1/mcp"},
+        "bad args": {"command": "x"}, "env": {"command": "x", "env": {"A": 1}}}))
+    code, report = validate(tool_task)
+    wheres = [c["where"] for c in rows(report, "fail") if c["name"] == "agent.json"]
+    assert code == 1 and wheres == ["agent.json:mcp_servers.web", "agent.json:mcp_servers.both",
+                                    "agent.json:mcp_servers.bad args", "agent.json:mcp_servers.env"], wheres
+
+
+def test_an_oracle_line_calling_a_tool_the_task_lacks_or_longer_than_max_turns_is_named(tool_task, tmp_path):
+    lines = ORACLE.read_text().splitlines()
+    unknown, long = json.loads(lines[6]), json.loads(lines[7])
+    unknown["turns"][0] = {"tool_calls": [{"name": "search", "arguments": {"q": "x"}}]}
+    long["turns"] = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}] * 8 + [
+        {"content": "Answer: 2"}]
+    oracle = tmp_path / "oracle.jsonl"
+    oracle.write_text("\n".join(lines[:6] + [json.dumps(unknown), json.dumps(long)]) + "\n")
+    code, report = validate(tool_task, "--oracle", str(oracle))
+    failed = {c["where"]: c["message"] for c in rows(report, "fail")}
+    assert code == 1 and set(failed) == {"oracle.jsonl:7", "oracle.jsonl:8"}, failed
+    assert "calls 'search', which the task does not have (its tools: calculator)" in failed["oracle.jsonl:7"]
+    assert "9 turns, more than agent.json's max_turns 8" in failed["oracle.jsonl:8"]

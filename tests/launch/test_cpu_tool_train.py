@@ -1,11 +1,17 @@
 """A tool agent trained through the real loop on CPU: `start_training.sh --cpu-steps 2 --oracle FILE`.
 
-assets/tool_example (the calculator tool, the bundled tool agent) cut to 4 train rows, the tiny
-Qwen2 (tools/make_tiny_model.py: its chat template renders tools, tool calls and tool results as
-Qwen2.5's does), and an oracle file giving each train row two calculator calls, then the answer.
-The CPU rollout server forces those turns as the model's own tokens with the model's real
-logprobs (edge/cpu/forced_turns.py); the agent runs the real tool; Agent Lightning merges each rollout's
-three model calls into one trajectory; VERL trains on it. One run is shared by the module.
+assets/tool_example (the calculator tool in tools.py, the bundled tool agent) cut to 4 train rows, with
+assets/mcp_example's MCP server beside it (agent.json mcp_servers: the real mcp-server-calculator and its
+`calculate`), the tiny Qwen2 (tools/make_tiny_model.py: its chat template renders tools, tool calls and
+tool results as Qwen2.5's does), and an oracle file giving each train row a tools.py calculator call, an
+MCP calculate call, then the answer. The CPU rollout server forces those turns as the model's own tokens
+with the model's real logprobs (edge/cpu/forced_turns.py); the agent runs the real tool and the real MCP
+server (through the run's hub); Agent Lightning merges each rollout's three model calls into one
+trajectory; VERL trains on it. One run is shared by the module: it proves tools.py and MCP at once.
+
+The run's tools.py calculator also leaves a daemon on every call (double fork, setsid, a clean
+environment: no run id) and records the environment names it sees: the daemons must be gone when the
+run ends (each ended with its rollout, edge/reaper.py), and no tool sees the run's key.
 
 What the trainer trained on is read from inside its Ray worker (tests/batch_probe/sitecustomize.py:
 every batch Agent Lightning hands it, with its response_mask), so the tests check the merge and the
@@ -26,23 +32,57 @@ import pytest
 from conftest import ROOT, copy_example
 
 TOOL_EXAMPLE = ROOT / "assets" / "tool_example"
+MCP_EXAMPLE = ROOT / "assets" / "mcp_example"
 PROBE_DIR = Path(__file__).resolve().parents[1] / "batch_probe"
 TRAIN_ROWS, TEST_ROWS, STEPS = 4, 2, 2
-# Per row: two calculator calls whose results' digits appear nowhere else in the rollout, then the answer.
+# Per row: a tools.py calculator call and an MCP calculate call whose results' digits appear nowhere else in
+# the rollout, then the answer.
 CALLS = [("8 * 9", "72"), ("6 - 5", "1"), ("3 * 11", "33"), ("2 * 2", "4")]
+SECRETS = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN")
+# Appended to the copied tools.py: the calculator leaves a daemon the usual way, and says what it sees.
+DAEMONIZING = """
+
+_exact = calculator
+
+
+def _leave_a_daemon():
+    import json, os
+    with open(os.path.join({probe!r}, f"env-{{os.getpid()}}.json"), "w") as fh:
+        json.dump(sorted(os.environ), fh)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            open(os.path.join({probe!r}, f"daemon-{{os.getpid()}}"), "w").close()
+            os.execve("/bin/sleep", ["sleep", "300"], {{}})  # a clean environment: no run id to find it by
+        os._exit(0)
+    os.wait()
+
+
+def calculator(expression: str) -> str:
+    \"\"\"Evaluate an arithmetic expression exactly (+ - * / ** and parentheses).
+
+    Args:
+        expression: the expression, e.g. "90 / (1/4)"
+    \"\"\"
+    _leave_a_daemon()
+    return _exact(expression)
+"""
 
 
 def oracle_turns(k: int) -> list[dict]:
     first, second = CALLS[k % len(CALLS)], CALLS[(k + 1) % len(CALLS)]
     return [{"tool_calls": [{"name": "calculator", "arguments": {"expression": first[0]}}]},
-            {"tool_calls": [{"name": "calculator", "arguments": {"expression": second[0]}}]},
+            {"tool_calls": [{"name": "calculate", "arguments": {"expression": second[0]}}]},
             {"content": f"Answer: {second[1]}"}]
 
 
-def make_tool_task(root: Path) -> Path:
+def make_tool_task(root: Path, probe: Path) -> Path:
     task = copy_example(root, TRAIN_ROWS, TEST_ROWS, source=TOOL_EXAMPLE)
     agent = json.loads((task / "agent.json").read_text())
-    (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 64}))
+    servers = json.loads((MCP_EXAMPLE / "agent.json").read_text())["mcp_servers"]
+    (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 64,
+                                                 "mcp_servers": servers}))
+    (task / "tools.py").write_text((task / "tools.py").read_text() + DAEMONIZING.format(probe=str(probe)))
     cfg = json.loads((task / "config.json").read_text())
     cfg["data"].update(max_prompt_length=512, dataloader_num_workers=0)
     cfg["trainer"].update(save_freq=-1, test_freq=-1, val_before_train=False)
@@ -74,11 +114,12 @@ def tool_run(verl_venv):
     dump = probe / "batches.jsonl"
     script = write_oracle(probe / "oracle.jsonl")
     path = os.pathsep.join(p for p in (str(PROBE_DIR), os.environ.get("PYTHONPATH")) if p)
-    run = new_run(STEPS, make=make_tool_task, extra=("--oracle", str(probe / "oracle.jsonl")),
+    run = new_run(STEPS, make=lambda root: make_tool_task(root, probe), extra=("--oracle", str(probe / "oracle.jsonl")),
                   env={"PYTHONPATH": path, "ARL_TEST_BATCH_DUMP": str(dump)})
     run.script_turns = script
     run.batches = [json.loads(line) for line in dump.read_text().splitlines()] if dump.exists() else []
     run.vocab = vocab(run.model)
+    run.probe = probe
     yield run
     os.environ.update(saved)
     left = run.cleanup()
@@ -161,3 +202,34 @@ def test_the_samples_show_the_tool_calls_with_their_results(tool_run):
         tool_turns = [t for t in s["trajectory"] if t["role"] == "tool"]
         pairs = [[CALLS[k][1], CALLS[(k + 1) % len(CALLS)][1]] for k in range(len(CALLS))]
         assert [t["content"] for t in tool_turns] in pairs, s
+        calls = [c for t in s["trajectory"] for c in t.get("tool_calls") or ()]
+        # tools.py's call, then the MCP server's, shown with the server that ran it
+        assert [(c["name"], c.get("server")) for c in calls] == [("calculator", None), ("calculate", "calculator")], s
+
+
+@pytest.mark.slow
+def test_the_mcp_server_ran_once_for_the_run_and_ended_with_it(tool_run):
+    log = (tool_run.out / "training.log").read_text()
+    assert log.count("MCP servers up (calculator)") == 1, log[-3000:]
+    # the agents ended their tools' daemons themselves; nothing of the run's own (Ray, the services) was taken
+    # for a rollout's leftover by the job's sweep
+    assert "left behind" not in log and "left below the job" not in log, log[-3000:]
+    hub = tool_run.status["services"]["mcp"]
+    import psutil
+
+    assert not psutil.pid_exists(hub["pid"]) or psutil.Process(hub["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert "CallToolRequest" in (tool_run.out / "logs" / "mcp.log").read_text()  # the server's own log: it answered
+
+
+@pytest.mark.slow
+def test_a_tools_daemon_ends_with_its_rollout_and_no_tool_sees_the_key(tool_run):
+    import psutil
+
+    daemons = [int(p.name.split("-")[1]) for p in tool_run.probe.glob("daemon-*")]
+    assert len(daemons) == 2 * 4, daemons  # one per rollout (its tools.py call), 4 rollouts a step
+    alive = [p for p in daemons if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [psutil.Process(p).cmdline() for p in alive]
+    seen = [json.loads(p.read_text()) for p in tool_run.probe.glob("env-*.json")]
+    assert len(seen) == len(daemons)
+    for names in seen:
+        assert "EVO_RUN_ID" in names and not set(SECRETS) & set(names), names

@@ -315,7 +315,7 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
     code = "import sys, agentic_rl.agents.template, agentic_rl.agents.tool_agent; print(sorted(m for m in sys.modules if m.startswith('agentic_rl')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
-    assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.template', "
+    assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.mcp_client', 'agentic_rl.agents.template', "
                                    "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
                                    "'agentic_rl.files', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.task', "
                                    "'agentic_rl.untrusted']")

@@ -119,7 +119,10 @@ def test_kill_9_of_main_leaves_orphans_that_force_cleans_by_run_id(example_task,
 
     soft = stop(out)
     assert soft.returncode == 1 and "--force" in soft.stderr
-    assert all(str(p.pid) in soft.stderr for p in orphans[:3])
+    # The services' output went through main.py's masking pipe (edge/agl.spawn_logged): one that printed since
+    # has ended on the broken pipe; those still running are listed.
+    alive = [p for p in orphans if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive and all(str(p.pid) in soft.stderr for p in alive[:3])
     hard = stop(out, "--force", "--json")
     assert hard.returncode == 0, hard.stderr
     assert carriers(run_id) == []

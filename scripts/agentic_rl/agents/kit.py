@@ -22,6 +22,12 @@ AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL...), calls solve, scores its answer 
      "judge" | "tool" | "agent", "model_calls": 3, "tool_calls": 2, "tool_errors": 0, "turns": 3,
      "max_turns_hit": false, "latency_s": 0.41, "source": "agent"}
 
+The run's key (AGL_KEY, and the services' ARL_AGL_KEY) and the MCP hub's token are taken out of the
+process's environment once the Rollout has read them, so tools, their children and the judge never see
+them (agent.json `pass_env` names one to keep). kit.main makes the agent process a child subreaper
+(edge/reaper.py) and ends every process still below it when the rollout ends: a tool's daemon (double
+fork, setsid, a clean environment) does not outlive its rollout.
+
 `failure` is how the rehearsal classes a failed rollout: "model_endpoint" (the model call failed:
 the rehearsal's component is `model endpoint`), anything else is the agent's. A model call that
 fails posts reward 0 with failure "model_endpoint" and exits 1 (a FAILED rollout); an exception of
@@ -54,6 +60,10 @@ FAILURE_JUDGE = "judge"
 FAILURE_AGENT = "agent"
 MODEL_CALL_FAILED = "model call failed"  # the start of the bundled agents' reason when a model call fails
 JUDGE_ERROR = "judge error"
+KEY_ENV = "AGL_KEY"
+# What only the agent may read: the gateway's key (and the services' copy of it), the MCP hub's token.
+SECRET_ENV = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN")
+MCP_URL_ENV, MCP_TOKEN_ENV = "ARL_MCP_URL", "ARL_MCP_TOKEN"
 
 
 class ModelCallFailed(Exception):
@@ -195,7 +205,9 @@ class Rollout:
 
     def __init__(self, env: Any):
         self.env = env
-        self.key, self.event_url = env.get("AGL_KEY", ""), env["AGL_EVENT_URL"]
+        self.key, self.event_url = env.get(KEY_ENV, ""), env["AGL_EVENT_URL"]
+        # The run's MCP hub (edge/mcp_hub.py), when the task declares servers: (url, token).
+        self.mcp = (env[MCP_URL_ENV], env.get(MCP_TOKEN_ENV, "")) if env.get(MCP_URL_ENV) else None
         self.id = rollout_id(self.event_url)
         self.input_dir, self.output_dir = env["ARL_INPUT_DIR"], env.get("ARL_OUTPUT_DIR", "")
         self.row: dict = json.loads(env["ARL_ROW"])
@@ -209,7 +221,12 @@ class Rollout:
 
     @classmethod
     def from_env(cls, env: Any = None) -> Rollout:
-        return cls(os.environ if env is None else env)
+        """The rollout of this process (env None: os.environ, whose secrets are then taken out: see
+        hide_secrets) or of the mapping given."""
+        r = cls(os.environ if env is None else env)
+        if env is None:
+            hide_secrets(r.agent.get("pass_env") or ())
+        return r
 
     def template(self) -> str:
         with open(os.path.join(self.input_dir, "task.goal"), encoding="utf-8") as fh:
@@ -259,6 +276,13 @@ class Rollout:
               + (f" reason={reason}" if reason else ""), flush=True)
 
 
+def hide_secrets(keep: Any = ()) -> list[str]:
+    """Take the run's secrets out of this process's environment (tools, their children and the judge start
+    from it), except the names agent.json's pass_env lists. Returns the names taken out."""
+    keep = set(keep) if isinstance(keep, (list, tuple)) else set()
+    return [name for name in SECRET_ENV if name not in keep and os.environ.pop(name, None) is not None]
+
+
 def run_rollout(solve: Callable[[Rollout], str], env: Any = None) -> int:
     """One rollout: solve(rollout) -> the final answer, scored by judge.py, then the reward posted.
     Returns the exit code: 0, or 1 when the model call failed (reward 0, failure model_endpoint).
@@ -278,11 +302,17 @@ def run_rollout(solve: Callable[[Rollout], str], env: Any = None) -> int:
 
 
 def main(solve: Callable[[Rollout], str]) -> None:
-    """What an agent's run() calls: one rollout; a failure is reported and fails the rollout."""
+    """What an agent's run() calls: one rollout; a failure is reported and fails the rollout. The agent
+    process is a child subreaper for the rollout, and nothing it or its tools started outlives it."""
+    from agentic_rl.edge import reaper
+
+    reaper.become_subreaper()
     try:
         code = run_rollout(solve)
     except Exception as exc:
         report_error(exc)
         raise
+    finally:
+        reaper.end_descendants()
     if code:
         raise SystemExit(code)  # the worker wrapper maps a non-zero exit to a FAILED rollout

@@ -45,11 +45,15 @@ class TemplateJudgeAgent:
 
 
 async def _reported(result):
+    from agentic_rl.edge import reaper
+
     try:
         return await result
     except Exception as exc:
         kit.report_error(exc)
         raise
+    finally:
+        reaper.end_descendants()
 
 
 class TaskFolderAgent:
@@ -60,12 +64,19 @@ class TaskFolderAgent:
     def run(self):
         import inspect
 
+        from agentic_rl.edge import reaper
+
+        reaper.become_subreaper()  # what the agent's tools start ends with the rollout, as under kit.main
+        result = None
         try:
             agent = task.load_agent_class(os.environ[AGENT_CLASS_ENV], os.environ["ARL_INPUT_DIR"])()
             result = agent.run()
         except Exception as exc:
             kit.report_error(exc)
             raise
+        finally:
+            if not inspect.isawaitable(result):
+                reaper.end_descendants()
         return _reported(result) if inspect.isawaitable(result) else result
 
 

@@ -18,12 +18,15 @@ description and an `Args:` section (`name: what it is`) describes the parameters
 
 call() runs one tool call and never raises: a tool that raises, hangs past its timeout or returns
 something JSON cannot hold gives ("error: ...", True), the text the model gets as the tool's
-result. By default (isolation "thread") the call runs in a thread of the agent's process: module
-state persists between the calls of a rollout, and a hung call is left behind in a daemon thread
-(gone when the rollout's process exits). Isolation "process" runs each call in a forked child:
-a hung tool is ended by the child's own SIGALRM and an os._exit ends only the child, at the
-price of a fork and copy-on-write per call: bench/tool_bench.py measured ~0.3 ms a call in a
-thread against 25-70 ms forked on the loaded 2-core build machines, so "thread" is the default.
+result. By default (isolation "worker") a rollout's calls run one at a time in one forked child,
+started at the first call and kept for the rollout (Worker): module state persists between the
+calls of a rollout, and the timeout holds for any tool, one stuck in C code with the GIL held (a
+runaway regex) included: the child arms SIGALRM with its default action before each call, so the
+kernel ends it; the agent ends it too when even that does not come (the tool blocked SIGALRM), and
+the next call starts a fresh worker. Isolation "process" forks a child per call (no state kept);
+"thread" runs the call in a thread of the agent's process, which cannot stop a tool holding the
+GIL (kept for tools that must share the agent's process). bench/tool_bench.py measures each.
+Tools never see the run's key: kit.Rollout takes it out of the environment first.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import importlib.util
 import inspect
 import json
 import os
+import signal
 import threading
 import types
 import typing
@@ -44,7 +48,8 @@ from agentic_rl import task
 TOOLS_FILE = "tools.py"
 DEFAULT_MAX_TURNS = 8
 DEFAULT_TOOL_TIMEOUT_S = 30.0
-ISOLATIONS = ("thread", "process")  # the first is the default
+ISOLATIONS = ("worker", "process", "thread")  # the first is the default
+STOP_GRACE_S = 2.0  # past the timeout, the agent ends a worker whose own SIGALRM did not
 RESULT_MAX_CHARS = 8000  # a tool result longer than this reaches the model cut, with a note
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
@@ -172,6 +177,11 @@ def result_text(value: Any) -> str:
         text = value
     else:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return cut(text)
+
+
+def cut(text: str) -> str:
+    """A result longer than RESULT_MAX_CHARS reaches the model cut, with a note."""
     if len(text) > RESULT_MAX_CHARS:
         text = text[:RESULT_MAX_CHARS] + f"...[{len(text) - RESULT_MAX_CHARS} chars cut]"
     return text
@@ -198,7 +208,13 @@ def _in_child(fn: Callable, args: dict, timeout: float) -> tuple[str, bool]:
     if result is not None:
         text, failed = result
         return text, bool(failed)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 14:  # SIGALRM: the child's own timer
+    return _ended(status, timeout)
+
+
+def _ended(status: int, timeout: float) -> tuple[str, bool]:
+    from agentic_rl.agents import kit
+
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGALRM, signal.SIGKILL):
         return f"error: the tool gave no result within {timeout:g} s and was stopped", True
     return f"error: the tool's process {kit.ended_how(status)} before it returned", True
 
@@ -213,22 +229,132 @@ def _in_thread(fn: Callable, args: dict, timeout: float) -> tuple[str, bool]:
     return box[0]
 
 
-def call(fns: dict[str, Callable], name: str, arguments: Any, timeout: float = DEFAULT_TOOL_TIMEOUT_S,
-         isolation: str = ISOLATIONS[0]) -> tuple[str, bool]:
-    """Run one tool call as the model asked: (result text for the model, failed?). Never raises."""
+def _serve(fns: dict[str, Callable], requests: Any, results: Any) -> None:
+    """The worker's loop: one JSON request line in ([name, arguments, timeout]), one result line out."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # its expiry ends this process, whatever holds the GIL
+    for line in requests:
+        name, args, timeout = json.loads(line)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        outcome = _outcome(fns[name], args)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        results.write(json.dumps(outcome).encode() + b"\n")
+        results.flush()
+
+
+class Worker:
+    """One rollout's forked tool worker (isolation "worker"): started at the first call, reused by the next
+    ones, replaced after a call that ended it (a timeout, os._exit, a crash). close() ends it."""
+
+    def __init__(self, fns: dict[str, Callable]):
+        self.fns = fns
+        self.pid: int | None = None
+        self._requests: Any = None
+        self._results: Any = None
+
+    def _start(self) -> None:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the agent
+            code = 0
+            try:
+                os.close(req_w)
+                os.close(res_r)
+                with os.fdopen(req_r, "rb") as requests, os.fdopen(res_w, "wb") as results:
+                    _serve(self.fns, requests, results)
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
+                code = 70
+            os._exit(code)
+        os.close(req_r)
+        os.close(res_w)
+        self.pid, self._requests, self._results = pid, os.fdopen(req_w, "wb"), os.fdopen(res_r, "rb")
+
+    def call(self, name: str, args: dict, timeout: float) -> tuple[str, bool]:
+        import select
+
+        if self.pid is None:
+            self._start()
+        try:
+            self._requests.write(json.dumps([name, args, timeout]).encode() + b"\n")
+            self._requests.flush()
+            ready, _, _ = select.select([self._results], [], [], timeout + STOP_GRACE_S)
+            line = self._results.readline() if ready else b""
+        except (OSError, ValueError):
+            line = b""
+        if line:
+            text, failed = json.loads(line)
+            return text, bool(failed)
+        return _ended(self._stop(), timeout)
+
+    def _stop(self) -> int:
+        """End the worker (it may be gone already) and return its waitpid status."""
+        from agentic_rl.edge import reaper
+
+        pid, self.pid = self.pid, None
+        for stream in (self._requests, self._results):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:
+            reaper.kill(pid)
+            _, status = os.waitpid(pid, 0)
+        return status
+
+    def close(self) -> None:
+        if self.pid is not None:
+            self._stop()
+
+
+def check_call(fns: dict[str, Callable], name: str, arguments: Any) -> tuple[dict | None, str | None]:
+    """(the arguments as a dict, None) or (None, the error the model gets) before a tools.py call runs."""
     fn = fns.get(name)
     if fn is None:
-        return f"error: no tool named {name!r}; the tools are: {', '.join(sorted(fns)) or 'none'}", True
+        return None, f"error: no tool named {name!r}; the tools are: {', '.join(sorted(fns)) or 'none'}"
+    arguments, problem = parse_arguments(arguments)
+    if problem:
+        return None, problem
+    try:
+        inspect.signature(fn).bind(**arguments)
+    except TypeError as exc:
+        return None, f"error: bad arguments for {name}: {exc}"
+    return arguments, None
+
+
+def parse_arguments(arguments: Any) -> tuple[dict, str | None]:
+    """A tool call's arguments (a JSON string or an object) as a dict, or the error the model gets."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except ValueError as exc:
-            return f"error: the arguments are not valid JSON ({exc})", True
+            return {}, f"error: the arguments are not valid JSON ({exc})"
     if not isinstance(arguments, dict):
-        return f"error: the arguments must be a JSON object, got {type(arguments).__name__}", True
+        return {}, f"error: the arguments must be a JSON object, got {type(arguments).__name__}"
+    return arguments, None
+
+
+def call(fns: dict[str, Callable], name: str, arguments: Any, timeout: float = DEFAULT_TOOL_TIMEOUT_S,
+         isolation: str = ISOLATIONS[0], worker: Worker | None = None) -> tuple[str, bool]:
+    """Run one tool call as the model asked: (result text for the model, failed?). Never raises.
+    Isolation "worker" runs it in `worker` (a one-call worker when none is given)."""
+    args, problem = check_call(fns, name, arguments)
+    if problem:
+        return problem, True
+    if isolation == "process":
+        return _in_child(fns[name], args, timeout)
+    if isolation == "thread":
+        return _in_thread(fns[name], args, timeout)
+    if worker is not None:
+        return worker.call(name, args, timeout)
+    once = Worker(fns)
     try:
-        inspect.signature(fn).bind(**arguments)
-    except TypeError as exc:
-        return f"error: bad arguments for {name}: {exc}", True
-    runner = _in_child if isolation == "process" else _in_thread
-    return runner(fn, arguments, timeout)
+        return once.call(name, args, timeout)
+    finally:
+        once.close()

@@ -43,14 +43,19 @@ PARSERS_BY_NAME = (("qwen", "hermes"), ("llama-3", "llama3_json"), ("llama3", "l
                    ("mixtral", "mistral"), ("granite", "granite"), ("deepseek-v3", "deepseek_v3"))
 AGENT_SETTINGS = {"max_turns": "a positive integer (model calls per rollout, default 8)",
                   "tool_timeout_s": "a positive number of seconds per tool call (default 30)",
-                  "tool_isolation": '"thread" (default) or "process"'}
+                  "tool_isolation": '"worker" (default), "process" or "thread"',
+                  "pass_env": 'a list of variable names tools may see, e.g. ["AGL_KEY"] (default none)'}
 
 
 def multi_call(input_dir: Path, agent: dict) -> str | None:
-    """Why the agent may call the model several times ("tools.py", "agent_class"), or None."""
+    """Why the agent may call the model several times ("tools.py", "mcp_servers", "agent_class"), or None."""
+    from agentic_rl import mcp_config
+
     if agent.get("agent_class"):
         return "agent_class"
-    return "tools.py" if (Path(input_dir) / "tools.py").is_file() else None
+    if (Path(input_dir) / "tools.py").is_file():
+        return "tools.py"
+    return mcp_config.KEY if mcp_config.declared(agent) else None
 
 
 def settings_checks(agent: dict, name: str) -> list[Check]:
@@ -62,7 +67,8 @@ def settings_checks(agent: dict, name: str) -> list[Check]:
         value = agent[key]
         good = (type(value) is int and value > 0 if key == "max_turns" else
                 type(value) in (int, float) and 0 < value < float("inf") if key == "tool_timeout_s" else
-                value in ("process", "thread"))
+                isinstance(value, list) and all(isinstance(v, str) and v for v in value) if key == "pass_env" else
+                value in ("worker", "process", "thread"))
         if not good:
             out.append(Check(name, "fail", f"{key} must be {what}, got {json.dumps(value)}",
                              f"fix {key} in {name} (references/agents.md)", f"{name}:{key}"))
@@ -266,8 +272,11 @@ def model_checks(cfg: dict, agent: dict, why: str) -> list[Check]:
 # --------------------------------------------------------------------------- --oracle FILE
 
 
-def oracle_checks(path: Path, row_ids: set[str]) -> tuple[dict, list[Check]]:
-    """(the script of its good lines, findings): each malformed line (first 20), ids no row has."""
+def oracle_checks(path: Path, row_ids: set[str], tool_names: set[str] | None = None,
+                  max_turns: int | None = None) -> tuple[dict, list[Check]]:
+    """(the script of its good lines, findings): each malformed line (first 20), ids no row has, and
+    (where known) a line whose tool call names a tool the task does not have, or with more turns than
+    the agent plays (max_turns: past it the rollout ends, the later turns are never played)."""
     name = Path(path).name
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -280,8 +289,43 @@ def oracle_checks(path: Path, row_ids: set[str]) -> tuple[dict, list[Check]]:
     if unknown:
         checks.append(Check("--oracle", "warn", f"{len(unknown)} id(s) match no row of train.jsonl or test.jsonl: "
                             f"{', '.join(unknown[:5])}", "each line's id must be a row's id", name))
+    checks += _oracle_play_checks(script, _line_of(lines, script), name, tool_names, max_turns)
     if not checks:
         checks.append(Check("--oracle", "ok", f"{len(script)} rows scripted, "
                             f"{sum(any('tool_calls' in t for t in s) for s in script.values())} with tool calls",
                             where=name))
     return script, checks
+
+
+def _line_of(lines: list[str], script: dict) -> dict[str, int]:
+    """Each scripted id's line number (the line parse_lines kept: the first good one)."""
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(lines, 1):
+        one, _ = oracle_turns.parse_lines([line])
+        for rid in one:
+            if rid in script and rid not in out:
+                out[rid] = lineno
+    return out
+
+
+def _oracle_play_checks(script: dict, line_of: dict[str, int], name: str, tool_names: set[str] | None,
+                        max_turns: int | None) -> list[Check]:
+    checks = []
+    for rid, turns in script.items():
+        where = f"{name}:{line_of.get(rid, '?')}"
+        if max_turns is not None and len(turns) > max_turns:
+            checks.append(Check("--oracle", "fail", f"id {rid!r} scripts {len(turns)} turns, more than agent.json's "
+                                f"max_turns {max_turns}: the rollout ends after turn {max_turns} and never plays "
+                                "the rest (its answer included)",
+                                f"cut the line to {max_turns} turns, or raise max_turns in agent.json", where))
+        if tool_names is None:
+            continue
+        called = [c["name"] for t in turns for c in t.get("tool_calls") or ()]
+        missing = sorted({c for c in called if c not in tool_names})
+        if missing:
+            have = ", ".join(sorted(tool_names)) or "none (no tools.py, no mcp_servers)"
+            checks.append(Check("--oracle", "fail", f"id {rid!r} calls {', '.join(map(repr, missing))}, which the task "
+                                f"does not have (its tools: {have})",
+                                "name a tool of tools.py or of an MCP server in agent.json (validate_data lists them)",
+                                where))
+    return checks

@@ -18,7 +18,8 @@ from agentic_rl.task import TASK_FILES
 PROMPT_SHOWN = 100  # characters of the rendered first prompt in the table
 
 
-AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class", "max_turns", "tool_timeout_s", "tool_isolation")
+AGENT_KEYS = ("model_name", "system_prompt", "max_tokens", "agent_class", "max_turns", "tool_timeout_s", "tool_isolation",
+              "pass_env", "mcp_servers")
 
 
 AGENT_CLASS_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -75,9 +76,9 @@ def agent_checks(input_dir: Path) -> list[Check]:
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens <= 0):
         out.append(Check(name, "fail", f"max_tokens must be a positive integer, got {max_tokens!r}",
                          "e.g. \"max_tokens\": 512", f"{name}:max_tokens"))
-    from agentic_rl.checks import agent_rules
+    from agentic_rl.checks import agent_rules, task_tools
 
-    out += agent_rules.settings_checks(cfg, name)
+    out += agent_rules.settings_checks(cfg, name) + task_tools.mcp_config_checks(cfg, name)
     if "system_prompt" in cfg and not isinstance(cfg["system_prompt"], str):
         out.append(Check(name, "fail", "system_prompt must be a string", "write it as a JSON string",
                          f"{name}:system_prompt"))
@@ -286,7 +287,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     """Every check of the task folder, in the order of the table, and the data of --json. The config
     checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
     --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer."""
-    from agentic_rl.checks import agent_probe, agent_rules, judge_probe
+    from agentic_rl.checks import agent_probe, agent_rules, judge_probe, task_tools
 
     checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
     named = agent_class_to_probe(input_dir)
@@ -309,13 +310,13 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         template_checks.append(Check("task.goal", "ok", f"first prompt (train.jsonl:{lineno}): {shown}",
                                      where="task.goal"))
     checks += template_checks + rows_checks
-    tools = agent_rules.probe_tools(input_dir, judge_timeout) if (input_dir / "tools.py").is_file() else None
-    if tools is not None:  # imported in a child like the judge
-        checks += agent_rules.tools_checks(tools)
-        data["tools"] = tools.get("schemas")
+    agent = _agent_or_none(input_dir)
+    checks_tools, data["tools"], tool_names = task_tools.tool_checks(input_dir, agent, judge_timeout)
+    checks += checks_tools
     script: dict = {}
     if oracle is not None:
-        script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir))
+        script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir), tool_names,
+                                                         task_tools.max_turns(input_dir, agent))
         checks += oracle_found
     if (input_dir / "judge.py").is_file():
         samples = [(f"train.jsonl:{n}", _with_oracle(row, script)) for n, row in train.get("sample", [])]
@@ -327,7 +328,6 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
             checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
     checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
                + model_path_check(input_dir, cfg))
-    agent = _agent_or_none(input_dir)
     why = agent_rules.multi_call(input_dir, agent) if agent else None
     if why and cfg is not None:
         checks += agent_rules.model_checks(cfg, agent, why)

@@ -92,7 +92,14 @@ class Service:
             out.update(port=self.port, url=self.url)
         return out
 
+    def _flushed(self) -> None:
+        """A service that exited has its last lines in the log once the masking copier read them."""
+        copier = getattr(self.proc, "arl_log_copier", None)
+        if copier is not None and self.proc.poll() is not None:
+            copier.join(2.0)
+
     def log_tail(self, lines: int = 5) -> str:
+        self._flushed()
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -100,6 +107,7 @@ class Service:
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
     def dying_words(self) -> str:
+        self._flushed()
         return dying_words(self.log_path)
 
     def exited_message(self) -> str:
@@ -145,16 +153,51 @@ def dying_words(log_path: Path, lines: int = 3) -> str:
 _HYDRA_QUIET = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
 
 
-def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: dict) -> subprocess.Popen:
+def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: dict,
+           secrets: tuple[str, ...] = ()) -> subprocess.Popen:
+    return spawn_logged(name, [sys.executable, "-m", module, *overrides, *_HYDRA_QUIET], logs_dir, env, secrets)
+
+
+def spawn_logged(name: str, cmd: list[str], logs_dir: Path, env: dict, secrets: tuple[str, ...] = ()) -> subprocess.Popen:
+    """A service in its own session, cwd O/logs, its output in O/logs/NAME.log (0600: a service logs its config
+    and the agents' output, whatever a tool or a judge prints). With secrets, the output goes through a pipe
+    that a thread here copies to the log line by line with each secret masked: what an agent's tool prints
+    (its environment, say) lands there as ***redacted***. A job killed with SIGKILL takes the pipe's reader
+    with it: a service ends at its next line of output, which a run without its job should anyway."""
     logs_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs_dir / f"{name}.log"
-    # 0600: a service logs its config and the agents' output (whatever a judge prints).
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", module, *overrides, *_HYDRA_QUIET], cwd=logs_dir,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+    log = os.fdopen(fd, "ab")
+    masked = [s.encode() for s in secrets if s]
+    try:
+        proc = subprocess.Popen(cmd, cwd=logs_dir, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if masked else log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
+    except BaseException:
+        log.close()
+        raise
+    if not masked:
+        log.close()
+        return proc
+    import threading
+
+    copier = threading.Thread(target=_copy_masked, args=(proc.stdout, log, masked), name=f"{name}-log", daemon=True)
+    copier.start()
+    proc.arl_log_copier = copier  # type: ignore[attr-defined]  # Service waits for it before reading the log
+    return proc
+
+
+def _copy_masked(pipe: Any, log: Any, secrets: list[bytes]) -> None:
+    with pipe, log:
+        for line in pipe:
+            for secret in secrets:
+                line = line.replace(secret, REDACTED.encode())
+            try:
+                log.write(line)
+                log.flush()
+            except OSError:  # a full disk: the line is lost, the service goes on
+                pass
 
 
 def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = HEALTH_TIMEOUT_S,
@@ -168,7 +211,8 @@ def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = H
         port = free_port(host)
         overrides = [f"host={host}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
                      f"default_proxy.model_name=${{oc.env:{MODEL_ENV}}}"]
-        svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env),
+        svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env,
+                                        (env.get(KEY_ENV, ""),)),
                       logs_dir / "gateway.log", port, host=advertise or host)
         if wait_healthy(svc, timeout):
             return svc
@@ -189,7 +233,8 @@ def start_controller(logs_dir: Path, gateway: Service, tuning: dict, env: dict) 
     overrides = ["runner_type=local", f"agl_server.url={gateway.url}", f"agl_server.key=${{oc.env:{KEY_ENV}}}",
                  f"local_runner.maximum_size={tuning['maximum_size']}",
                  f"local_runner.poll_interval={tuning['poll_interval']}"]
-    svc = Service("controller", _spawn("controller", "agentlightning.controller", overrides, logs_dir, env),
+    svc = Service("controller", _spawn("controller", "agentlightning.controller", overrides, logs_dir, env,
+                                       (env.get(KEY_ENV, ""),)),
                   logs_dir / "controller.log", extra=dict(tuning))
     time.sleep(0.2)
     if svc.proc.poll() is not None:

@@ -2,7 +2,8 @@
 
 A process belongs to a run only when it carries the run's id AND its folder: EVO_RUN_ID=<run_id> and
 ARL_OUTPUT_DIR resolving to the run folder in its environment (a run id alone can be copied into
-another folder's record or passed to a job by hand); the job itself is proved by its pid and start
+another folder's record or passed to a job by hand), or descends from such a process (edge/reaper.py:
+what detaches stays below a subreaper of the run). The job itself is proved by its pid and start
 time too. Nothing here signals a process that fails that proof, and nothing matches processes by name.
 
     >>> import os
@@ -220,7 +221,7 @@ def kill_run(run_id: str, folder: str | os.PathLike | None, timeout: float = 5.0
     Returns the pids still alive afterwards (empty when the run is fully gone).
     """
     exclude = set(exclude_pids) | {os.getpid()}
-    procs = find_run_processes(run_id, exclude, folder)
+    procs = with_descendants(find_run_processes(run_id, exclude, folder), exclude)
     if term_first and procs:
         signal_processes(procs, signal.SIGTERM)
         _gone, procs = psutil.wait_procs(procs, timeout=timeout)
@@ -228,11 +229,25 @@ def kill_run(run_id: str, folder: str | os.PathLike | None, timeout: float = 5.0
         signal_processes(procs, signal.SIGKILL)
         _gone, procs = psutil.wait_procs(procs, timeout=max(timeout, 2.0))
     # Processes spawned while we were killing (a controller starting one last agent) are caught here.
-    late = find_run_processes(run_id, exclude, folder)
+    late = with_descendants(find_run_processes(run_id, exclude, folder), exclude)
     if late:
         signal_processes(late, signal.SIGKILL)
         psutil.wait_procs(late, timeout=2.0)
     return [p.pid for p in find_run_processes(run_id, exclude, folder)]
+
+
+def with_descendants(found: list[psutil.Process], exclude: Iterable[int] = ()) -> list[psutil.Process]:
+    """The processes and every live process below them: what a run's process started is the run's, whatever
+    environment it set itself (a daemon's clean one), as long as it stayed in the tree."""
+    skip = set(exclude)
+    out = {p.pid: p for p in found}
+    for proc in found:
+        try:
+            below = proc.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        out.update({c.pid: c for c in below if c.pid not in skip})
+    return list(out.values())
 
 
 def run_resources(run_id: str, folder: str | os.PathLike, sample_s: float = 0.2) -> dict:

@@ -196,16 +196,19 @@ def check_tool_parsing(get: Any) -> None:
 
     missing = [k for k in (agent_rules.AUTO_TOOL_KEY, agent_rules.PARSER_KEY) if not get(k)]
     if missing:
-        raise Failure("config", f"the task has tools.py but {' and '.join(missing)} not set: the training vLLM would not "
+        raise Failure("config", f"the task has tools but {' and '.join(missing)} not set: the training vLLM would not "
                                 "parse the model's tool calls (validate_data.py names the parser for the model)")
 
 
 def agent_class_for(input_dir: Path, agent: dict) -> str:
     """The agent_class Agent Lightning runs: agent.json's own (through TaskFolderAgent), else the tool
-    agent when the task folder has tools.py, else the one-call template agent."""
+    agent when the task folder has tools.py or agent.json declares mcp_servers, else the one-call template agent."""
     if agent.get("agent_class"):
         return TASK_FOLDER_AGENT
-    return TOOL_AGENT if (Path(input_dir) / "tools.py").is_file() else BUNDLED_AGENT
+    from agentic_rl import mcp_config
+
+    tools = (Path(input_dir) / "tools.py").is_file() or mcp_config.declared(agent)
+    return TOOL_AGENT if tools else BUNDLED_AGENT
 
 
 def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:

@@ -168,7 +168,8 @@ def write_samples(writer: Any, completed: list, rows: list[dict], split: str, st
         writer.add(samples.from_events(item.events, run_id=writer.run_id, rollout_id=item.rollout_id, split=split,
                                        step=step, row_id=rows[item.sample_idx_in_step].get("id"),
                                        state=str(getattr(state, "value", state)) if state else None,
-                                       finished_at=item.finished_at, error=item.error_message))
+                                       finished_at=item.finished_at, error=item.error_message,
+                                       servers=writer.servers))
     writer.flush()
 
 

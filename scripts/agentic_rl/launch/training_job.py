@@ -84,7 +84,9 @@ class Run:
             os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
         self.joins_ray: str | None = None
         self.key = agl.new_key()
-        self.gateway = self.controller = self.oracle = None
+        self.gateway = self.controller = self.oracle = self.mcp = None
+        self.mcp_tools: dict[str, str] = {}  # tool name -> its MCP server
+        self.mcp_token: str | None = None
         self.ray_started = False
         self.stopping = False
         self.service_failure: Failure | None = None
@@ -101,7 +103,11 @@ class Run:
         raise Interrupted(signum)
 
     def _watch(self) -> None:
+        passes = 0
         while not self.stopping:
+            passes += 1
+            if passes % 4 == 0:
+                self.end_adopted()
             gone = run_dir.folder_problem(self.output_dir)
             if gone:  # stop before the trainer or a sample lands in a folder that is not ours any more
                 self.service_failure = Failure("output_dir", f"{gone}: the run stopped and wrote nothing more there")
@@ -111,12 +117,25 @@ class Run:
                 self.service_failure = Failure("disk", run_dir.DISK_FILLED)
                 procs.signal_self(signal.SIGUSR1)
                 return
-            for svc in (self.gateway, self.controller):
+            for svc in (self.gateway, self.controller, self.mcp):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
                     procs.signal_self(signal.SIGUSR1)
                     return
             time.sleep(0.5)
+
+    def end_adopted(self) -> None:
+        """What an ended rollout left behind and the kernel handed to the job (a child subreaper): ended now,
+        not at the run's end (an agent killed at its rollout's timeout cannot end its tools' daemons)."""
+        from agentic_rl.edge import reaper
+
+        try:
+            ended = reaper.end_trees(reaper.adopted_leftovers(self.run_id))
+        except Exception as exc:  # noqa: BLE001 - the watchdog must go on watching
+            log(f"could not end what a rollout left behind: {exc}")
+            return
+        if ended:
+            log(f"ended {len(ended)} process(es) a finished rollout left behind: pids {ended}")
 
     # -- the phases
 
@@ -212,6 +231,7 @@ class Run:
 
         if importlib.util.find_spec("agentlightning") is None:
             raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", cli.EXIT_ENV)
+        self.start_mcp(plan)
         env = agl.service_env(self.run_id, self.key, plan.agent_env)
         for name in ("gateway", "controller"):
             try:
@@ -224,6 +244,29 @@ class Run:
                                                                 env)
             except UserError as exc:
                 raise Failure(name, exc.message) from None
+
+    def start_mcp(self, plan) -> None:
+        """The task's MCP servers, once for the run, behind the hub the agents reach (edge/mcp_hub.py). The hub and
+        its servers get the job's environment without the run's key (a server's pass_env may list AGL_KEY)."""
+        from agentic_rl import mcp_config
+        from agentic_rl.edge import mcp_hub
+
+        servers, _ = mcp_config.parse(task.load_agent_config(self.input_dir))
+        if not servers:
+            return
+        token = agl.new_key()
+        env = {**os.environ, mcp_hub.TOKEN_ENV: token, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1",
+               "PYTHONPATH": agl.service_env(self.run_id, "", {})["PYTHONPATH"]}
+        if any("AGL_KEY" in (s.get("pass_env") or ()) for s in servers.values()):
+            env["AGL_KEY"] = self.key
+        try:
+            self.mcp = mcp_hub.start(self.output_dir / run_dir.LOGS_DIR, self.input_dir, env, (self.key, token))
+        except UserError as exc:
+            raise Failure("mcp", exc.message) from None
+        plan.agent_env.update({"ARL_MCP_URL": self.mcp.url, mcp_hub.TOKEN_ENV: token})
+        self.mcp_token = token
+        self.mcp_tools = {t["name"]: t["server"] for t in mcp_hub.listing(self.mcp.url, token)}
+        log(f"MCP servers up ({', '.join(servers)}): hub {self.mcp.url} (pid {self.mcp.proc.pid})")
 
     def prepare_and_run(self) -> None:
         from agentic_rl.checks import task_checks
@@ -257,7 +300,9 @@ class Run:
         cfg.agentlightning.agl_base_url = self.gateway.url
         job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
         cfg.agentlightning.agl_key = self.key
-        self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
+        services = {"gateway": self.gateway.info(), "controller": self.controller.info(),
+                    **({"mcp": self.mcp.info()} if self.mcp else {})}
+        self.status(status="running", services=services,
                     controller_tuning=plan.tuning)
         log(f"gateway {self.gateway.url} (pid {self.gateway.proc.pid}), controller pid {self.controller.proc.pid} "
             f"({plan.tuning['maximum_size']} agents, poll {plan.tuning['poll_interval']} s)")
@@ -284,7 +329,8 @@ class Run:
                                        planned=planned["rollouts"])
         extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint}
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
-        writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
+        writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n),
+                                **self.sample_marks())
         try:
             out = rehearsal.drive(manager, plan.model, endpoint, test_rows, sample, plan.wrap, writer)
         except OSError as exc:
@@ -369,11 +415,16 @@ class Run:
             raise Failure("trainer", f"resumed from step {plan.resumed_from} but trained no new step (were all "
                                      "total_training_steps already done?)")
 
+    def sample_marks(self) -> dict:
+        """What the samples writer marks and masks: each MCP tool's server, and the run's secrets."""
+        return {"servers": dict(self.mcp_tools),
+                "secrets": (self.key, self.mcp_token or "")}
+
     def sample_collector(self, cfg, plan) -> samples.Collector:
         """Training's samples: a thread here follows the gateway's finished rollouts (samples.Collector),
         outside the agents and the trainer, so neither waits for it."""
         per_step = int(cfg.data.get("gen_batch_size") or cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
-        writer = samples.Writer(self.output_dir, self.run_id, per_step)
+        writer = samples.Writer(self.output_dir, self.run_id, per_step, **self.sample_marks())
         step_of = samples.step_from_metrics(plan.metrics_file, plan.resumed_from)
         return samples.Collector(agl.Client(self.gateway.url, self.key, timeout=5.0), writer, step_of).start()
 
@@ -392,8 +443,14 @@ class Run:
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
+        agl.stop_service(self.mcp, agl.GATEWAY_STOP_S)
         # Only what this job started: its run id AND its folder (a --run-id can name another folder's run).
         left = procs.kill_run(self.run_id, self.output_dir, exclude_pids=[os.getpid()])
+        from agentic_rl.edge import reaper
+
+        below = reaper.end_descendants()  # the job is a subreaper: whatever detached from the run ends up here
+        if below:
+            log(f"ended {len(below)} process(es) left below the job: pids {below}")
         if left:
             log(f"processes of run {self.run_id} still alive after SIGKILL: {left}")
         return left, by_node
@@ -462,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
                             "add --model-endpoint URL --sample 64", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
         wait_for_launch_record()
+        from agentic_rl.edge import reaper
+
+        reaper.become_subreaper()  # a process of the run that detaches (double fork, setsid) stays below the job
         run = Run(args, overrides)
         refuse_foreign_run_id(run.run_id, run.output_dir)
         run_dir.prepare(run.output_dir)

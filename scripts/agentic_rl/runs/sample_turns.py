@@ -60,14 +60,17 @@ def cut_all(turns: list[dict], limit: int, keep: int, cut: Any) -> tuple[list[di
         if isinstance(t.get("content"), str):
             t["content"] = cut(t["content"], limit)[0]
         if t.get("tool_calls"):
-            t["tool_calls"] = [{"name": c["name"][:200], "arguments": cut(str(c["arguments"]), limit)[0]}
+            t["tool_calls"] = [{"name": c["name"][:200], "arguments": cut(str(c["arguments"]), limit)[0],
+                                **({"server": str(c["server"])[:200]} if c.get("server") else {})}
                                for c in t["tool_calls"]]
         out.append(t)
     return out, dropped
 
 
 def render(turn: dict) -> str:
-    """One turn on one line's start: `[assistant] text`, `[assistant] name(arguments)`, `[tool] result`."""
-    calls = "; ".join(f"{c.get('name')}({c.get('arguments')})" for c in turn.get("tool_calls") or [])
+    """One turn on one line's start: `[assistant] text`, `[assistant] name(arguments)` (an MCP server's tool:
+    `server/name(arguments)`), `[tool] result`."""
+    calls = "; ".join(f"{c['server'] + '/' if c.get('server') else ''}{c.get('name')}({c.get('arguments')})"
+                      for c in turn.get("tool_calls") or [])
     text = turn.get("content") or ""
     return f"[{turn.get('role', '?')}] " + " ".join(p for p in (text, calls) if p)

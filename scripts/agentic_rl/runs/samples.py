@@ -110,11 +110,13 @@ def _iso(ts: float | None) -> str:
 
 
 def from_events(events: list[dict], *, run_id: str, rollout_id: str, split: str, step: int | None,
-                row_id: Any, state: str | None, finished_at: float | None = None, error: str | None = None) -> dict:
+                row_id: Any, state: str | None, finished_at: float | None = None, error: str | None = None,
+                servers: dict[str, str] | None = None) -> dict:
     """One sample from a rollout's gateway events (dicts with event_type and data). The last model call's
     request holds the prompt and every earlier turn (a multi-turn agent sends them all); its reply is the
     last turn and the response shown. The counts: model calls (the gateway's), tool calls and turns (of
-    that trajectory), tool_errors and max_turns_hit (as the agent's reward event reports them, else None)."""
+    that trajectory), tool_errors and max_turns_hit (as the agent's reward event reports them, else None).
+    servers: {tool name: MCP server} of the run; each call of such a tool carries its "server"."""
     calls = [e.get("data") or {} for e in events if e.get("event_type") == "model_request"]
     rewards = [e.get("data") or {} for e in events if e.get("event_type") == "reward"]
     last = calls[-1] if calls else {}
@@ -127,6 +129,10 @@ def from_events(events: list[dict], *, run_id: str, rollout_id: str, split: str,
     messages = request.get("messages")
     prompt_messages, turns = sample_turns.split(messages, reply if isinstance(reply, dict) else None) \
         if isinstance(messages, list) else (None, [])
+    for turn in turns if servers else ():
+        for call in turn.get("tool_calls") or ():
+            if call["name"] in servers:
+                call["server"] = servers[call["name"]]
     tool_errors, max_hit = reward_data.get("tool_errors"), reward_data.get("max_turns_hit")
     sample = {
         "run_id": run_id, "rollout_id": rollout_id, "split": split, "step": step, "row_id": row_id,
@@ -190,7 +196,10 @@ def keep_train(rollout_id: str, rollouts_per_step: int, per_step: int = TRAIN_PE
 class Writer:
     """Appends samples to O/samples/ within the bounds above. Not thread-safe: one writer per run."""
 
-    def __init__(self, output_dir: Path, run_id: str, rollouts_per_step: int):
+    def __init__(self, output_dir: Path, run_id: str, rollouts_per_step: int, servers: dict[str, str] | None = None,
+                 secrets: tuple[str, ...] = ()):
+        """servers: {tool name: MCP server} (from_events marks their calls); secrets: masked in every line."""
+        self.servers, self._secrets = servers or {}, [s.encode() for s in secrets if s]
         self.dir = Path(output_dir) / DIR
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id, self.rollouts_per_step = run_id, max(1, int(rollouts_per_step))
@@ -214,6 +223,8 @@ class Writer:
 
     def add(self, sample: dict) -> bool:
         line = encode(sample)
+        for secret in self._secrets:  # a tool that returned its environment: the key is not kept
+            line = line.replace(secret, b"***redacted***")
         if sample["split"] == "val":
             if sample.get("step") != self.state["val_step"]:  # a new evaluation: the last one becomes prev
                 if (self.dir / VAL).exists():
@@ -297,6 +308,7 @@ class Collector:
         rollout = (detail or {}).get("rollout") or {}
         status = rollout.get("status") or {}
         self.writer.add(from_events(events or [], run_id=self.writer.run_id, rollout_id=rid, split=split,
+                                    servers=self.writer.servers,
                                     step=self.step_of(split), row_id=row_id_of(rollout.get("input")),
                                     state=status.get("state"), finished_at=status.get("updated_at"),
                                     error=status.get("error_message")))

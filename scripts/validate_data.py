@@ -32,19 +32,10 @@ bootstrap.ensure()  # first: rerun under the bundle's .venv, or exit 3, before a
 
 from agentic_rl import cli, task
 from agentic_rl.checks import task_checks
+from agentic_rl.checks.judge_audit import PROBES
 from agentic_rl.cli import UserError
 
-# --------------------------------------------------------------------------- JSONL
-
-
-
-# --------------------------------------------------------------------------- the other files
-
-
-
-# --------------------------------------------------------------------------- the gate
-
-
+PROBE_NAMES = tuple(PROBES)
 
 def build_parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(
@@ -66,6 +57,10 @@ def build_parser() -> cli.ArgumentParser:
                         help="seconds the judge may take to import, and per call (default 30)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
+    parser.add_argument("--allow-probe", action="append", default=[], metavar="NAME",
+                        help="accept a judge audit finding knowingly (repeatable): the probe is then shown as a "
+                             "warning, and the run records it when start_training.sh gets the same flag; names: "
+                             + ", ".join(PROBE_NAMES))
     parser.add_argument("--oracle", metavar="FILE", type=Path,
                         help="the rehearsal's oracle file (JSON Lines, examples.md): its lines are checked and the "
                              "judge scores each sampled row's scripted answer as the oracle")
@@ -83,12 +78,16 @@ def main(argv: list[str] | None = None) -> int:
                              (args.gpus is not None and args.gpus < 1, "--gpus must be >= 1")):
             if bad:
                 raise UserError(message, "run `validate_data.py --help` for usage", cli.EXIT_USAGE)
+        unknown = [name for name in args.allow_probe if name not in PROBE_NAMES]
+        if unknown:
+            raise UserError(f"--allow-probe {unknown[0]}: no such probe", f"the probes are {', '.join(PROBE_NAMES)}",
+                            cli.EXIT_USAGE)
         if args.input_dir and args.input_dir_flag and args.input_dir != args.input_dir_flag:
             raise UserError(f"two task folders given: {args.input_dir} and --input-dir {args.input_dir_flag}",
                             "pass one of them", cli.EXIT_USAGE)
         input_dir = task.resolve_input_dir(args.input_dir or args.input_dir_flag)
         checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
-                                            overrides, args.oracle)
+                                            overrides, args.oracle, tuple(args.allow_probe))
         return cli.emit_checks(checks, args.json, data)
 
     return cli.run_cli(body, parser, argv)

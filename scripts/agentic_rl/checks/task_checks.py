@@ -282,11 +282,12 @@ def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
              debug: bool = False, overrides: list[str] | tuple[str, ...] = (),
-             oracle: Path | None = None) -> tuple[list[Check], dict]:
+             oracle: Path | None = None, allow_probes: tuple[str, ...] | list[str] = ()) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json. The config
     checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
-    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer."""
-    from agentic_rl.checks import agent_probe, agent_rules, judge_probe
+    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer. The judge is
+    audited (judge_audit, judge_findings): allow_probes are the probes the user accepts (--allow-probe)."""
+    from agentic_rl.checks import agent_probe, agent_rules, judge_findings, judge_probe
 
     checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
     named = agent_class_to_probe(input_dir)
@@ -318,10 +319,17 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir))
         checks += oracle_found
     if (input_dir / "judge.py").is_file():
-        samples = [(f"train.jsonl:{n}", _with_oracle(row, script)) for n, row in train.get("sample", [])]
-        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
+        samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+        schemas = (tools or {}).get("schemas") if tools and tools.get("event") == "done" else None
+        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout, script=script, schemas=schemas)
+        plans, calls, settings = judge.pop("plans"), judge.pop("call_log"), judge.pop("settings")
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+        if judge["outcome"] == "done" and calls:
+            audit = judge_findings.analyse(plans, calls, allow_probes, settings)
+            checks += judge_findings.audit_checks(audit, "judge.py")
+            data["judge_audit"] = audit["probes"]
+            data["judge"]["audit"] = {k: v for k, v in audit.items() if k != "probes"}
         if cfg is not None:
             data["judge"]["per_step"] = projected = judge_step_time(judge, cfg)
             checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
@@ -346,12 +354,3 @@ def _agent_or_none(input_dir: Path) -> dict | None:
         return task.load_agent_config(input_dir) if task.agent_config_path(input_dir) else None
     except UserError:
         return None  # agent_checks() reported it
-
-
-def _with_oracle(row: dict, script: dict) -> dict:
-    """A sampled row with its --oracle answer (the last content turn of its line), for the judge probe."""
-    from agentic_rl import oracle_turns
-    from agentic_rl.checks import judge_probe
-
-    answer = oracle_turns.final_answer(script[str(row.get("id"))]) if str(row.get("id")) in script else None
-    return {**row, judge_probe.ORACLE_KEY: answer} if answer is not None else row

@@ -365,15 +365,19 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
         else:
             checks.append(Check(name, "ok", f"{result['calls']} calls on {result['rows']} rows: p50 "
                                 f"{result['p50_ms']:g} ms, p95 {result['p95_ms']:g} ms per call", where=name))
-            oracle, empty = result["oracle_mean"], result["empty_mean"]
-            what = "the --oracle file's answers" if result.get("oracle_file") else "ground truth"
-            message = f"mean reward {oracle:.3f} for the oracle ({what} as the response), {empty:.3f} for ''"
-            if oracle > empty:
-                checks.append(Check(name, "ok", message, where=name))
-            else:
-                checks.append(Check(name, "warn", message + ": the oracle does not score higher",
-                                    "the judge probably cannot read its own ground truth; check how it parses "
-                                    "the response. When the ground truth is no answer itself (unit tests of a "
-                                    "code task), give each row a correct answer with --oracle FILE (examples.md, "
-                                    "\"The oracle file\")", name))
+            checks.append(oracle_check(result, name))
     return checks
+
+
+def oracle_check(result: dict, name: str = "judge.py") -> Check:
+    """The oracle's mean reward against the empty answer's: a warning when it is not higher."""
+    oracle, empty = result["oracle_mean"], result["empty_mean"]
+    what = "the --oracle file's answers" if result.get("oracle_file") else "ground truth"
+    shown = ["none" if v is None else f"{v:.3f}" for v in (oracle, empty)]
+    message = f"mean reward {shown[0]} for the oracle ({what} as the response), {shown[1]} for ''"
+    if oracle is not None and empty is not None and oracle > empty:
+        return Check(name, "ok", message, where=name)
+    return Check(name, "warn", message + ": the oracle does not score higher",
+                 "the judge probably cannot read its own ground truth; check how it parses the response. When the "
+                 "ground truth is no answer itself (unit tests of a code task), give each row a correct answer with "
+                 "--oracle FILE (examples.md, \"The oracle file\")", name)

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from agentic_rl import cli, files, task
+from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.checks import config_values, jsonl_checks
 from agentic_rl.cli import Check, UserError
 from agentic_rl.task import TASK_FILES
@@ -28,7 +28,8 @@ def file_checks(input_dir: Path) -> list[Check]:
     """One fail per missing file, each with its format; one ok when all are there."""
     missing = []
     for name, fmt in TASK_FILES.items():
-        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir))
+        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir)) or \
+            (name == "judge.py" and llm_judge.present(input_dir))  # judge.json declares an LLM judge instead
         if not present:
             missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
                                  f"see {cli.EXAMPLES_DOC.name} for a complete example", name))
@@ -245,11 +246,15 @@ def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None
 
 
 def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Check]:
-    """The fast preflight the training job re-runs: files present, agent.json, template parse, and
-    config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
+    """The fast preflight the training job re-runs: files present, agent.json, template parse, judge.json's fields
+    and key (an LLM judge), and config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
     input_dir = Path(input_dir)
     checks = file_checks(input_dir) + agent_checks(input_dir)
     checks += read_template(input_dir)[2]
+    if llm_judge.present(input_dir):
+        from agentic_rl.checks import judge_llm
+
+        checks += judge_llm.spec_checks(input_dir)[2]
     cfg, cfg_checks = read_config(input_dir, overrides)
     return (checks + cfg_checks + config_checks_for(cfg, gpus, source=config_source(overrides))
             + model_path_check(input_dir, cfg))
@@ -282,11 +287,13 @@ def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
              debug: bool = False, overrides: list[str] | tuple[str, ...] = (),
-             oracle: Path | None = None, allow_probes: tuple[str, ...] | list[str] = ()) -> tuple[list[Check], dict]:
+             oracle: Path | None = None, allow_probes: tuple[str, ...] | list[str] = (),
+             judge_cache: Path | None = None) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json. The config
     checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
     --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer. The judge is
-    audited (judge_audit, judge_findings): allow_probes are the probes the user accepts (--allow-probe)."""
+    audited (judge_audit, judge_findings): allow_probes are the probes the user accepts (--allow-probe). An LLM
+    judge (judge.json) is checked and audited by judge_llm, its answers cached in judge_cache."""
     from agentic_rl.checks import agent_probe, agent_rules, judge_findings, judge_probe
 
     checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
@@ -318,9 +325,18 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     if oracle is not None:
         script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir))
         checks += oracle_found
-    if (input_dir / "judge.py").is_file():
-        samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
-        schemas = (tools or {}).get("schemas") if tools and tools.get("event") == "done" else None
+    samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+    schemas = (tools or {}).get("schemas") if tools and tools.get("event") == "done" else None
+    if llm_judge.present(input_dir):
+        from agentic_rl.checks import judge_llm
+
+        if (input_dir / "judge.py").is_file():
+            checks.append(Check("judge.json", "warn", "both judge.json and judge.py exist; judge.json is used",
+                                "remove the one you do not mean", "judge.json"))
+        found, judged = judge_llm.checks(input_dir, samples, script, schemas, allow_probes, judge_cache)
+        checks += found
+        data.update(judged)
+    elif (input_dir / "judge.py").is_file():
         judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout, script=script, schemas=schemas)
         plans, calls, settings = judge.pop("plans"), judge.pop("call_log"), judge.pop("settings")
         checks += judge_probe.judge_checks(judge, debug=debug)

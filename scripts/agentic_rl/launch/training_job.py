@@ -47,7 +47,7 @@ import time
 from agentic_rl import cli, files, oracle_turns, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs, signals
-from agentic_rl.launch import job_config, oracle_server, rehearsal
+from agentic_rl.launch import job_config, judge_run, oracle_server, rehearsal
 from agentic_rl.launch.job_process import (
     hold_lock,
     in_helper_thread,
@@ -84,7 +84,8 @@ class Run:
             os.environ["RAY_ADDRESS"] = args.ray_address  # job_config hands it to run_ppo's ray.init
         self.joins_ray: str | None = None
         self.key = agl.new_key()
-        self.gateway = self.controller = self.oracle = None
+        self.gateway = self.controller = self.oracle = self.judge = None  # judge: an LLM judge's service (judge_run)
+        self.judge_audit: dict | None = None
         self.ray_started = False
         self.stopping = False
         self.service_failure: Failure | None = None
@@ -111,7 +112,7 @@ class Run:
                 self.service_failure = Failure("disk", run_dir.DISK_FILLED)
                 procs.signal_self(signal.SIGUSR1)
                 return
-            for svc in (self.gateway, self.controller):
+            for svc in (self.gateway, self.controller, self.judge):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
                     procs.signal_self(signal.SIGUSR1)
@@ -243,6 +244,8 @@ class Run:
             log(f"CPU training, {self.cpu_steps} steps; changed for the CPU:\n"
                 f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        self.judge = judge_run.start_service(self.input_dir, self.output_dir, plan.agent_env)
+        auditor = judge_run.AuditThread(self.input_dir, self.args.allow_probe, self.args.oracle, self.judge)
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         if self.mode == "train":
             self.check_placement(cfg, plan)
@@ -250,8 +253,11 @@ class Run:
         cfg.agentlightning.agl_base_url = self.gateway.url
         job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
         cfg.agentlightning.agl_key = self.key
-        self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info()},
-                    controller_tuning=plan.tuning)
+        self.judge_audit = auditor.result()
+        log(judge_run.summary_line(self.judge_audit))
+        judge = {"judge": judge_run.service_info(self.judge)} if self.judge else {}
+        self.status(status="running", services={"gateway": self.gateway.info(), "controller": self.controller.info(),
+                                                **judge}, controller_tuning=plan.tuning, judge_audit=self.judge_audit)
         log(f"gateway {self.gateway.url} (pid {self.gateway.proc.pid}), controller pid {self.controller.proc.pid} "
             f"({plan.tuning['maximum_size']} agents, poll {plan.tuning['poll_interval']} s)")
         if self.mode == "rehearse":
@@ -275,7 +281,8 @@ class Run:
         log(planned["text"])
         watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir,
                                        planned=planned["rollouts"])
-        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint}
+        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
+                 "judge_audit": self.judge_audit}
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n))
         try:
@@ -383,6 +390,7 @@ class Run:
             if self.joins_ray:
                 by_node = self.sweep_cluster()
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
+        agl.stop_service(self.judge, judge_run.SERVICE_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
         # Only what this job started: its run id AND its folder (a --run-id can name another folder's run).
@@ -426,6 +434,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
     parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
     parser.add_argument("--oracle", metavar="FILE", help="the oracle plays these turns per row (JSON Lines, examples.md)")
+    parser.add_argument("--allow-probe", action="append", default=[], metavar="NAME",
+                        help="a judge audit finding the user accepts (recorded in judge_audit)")
     parser.add_argument("--write-filtered", action="store_true",
                         help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)

@@ -16,12 +16,15 @@ Authorization header, its body, and the most requests in flight at once.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
 import threading
+import secrets
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 _TAG = {name: re.compile(rf"<{name}>\n(.*?)\n</{name}>", re.S) for name in ("reference_answer", "response", "task")}
 
@@ -44,6 +47,7 @@ class JudgeServer:
         self.delay_s = 0.0
         self.capacity: int | None = None
         self.retry_after = "1"  # what a 429 asks the client to wait, in seconds
+        self.max_score = 10
         self.requests: list[dict] = []
         self.auth: set[str | None] = set()
         self.in_flight = self.max_in_flight = self.refused = 0
@@ -105,11 +109,12 @@ class JudgeServer:
             return "I think this one is rather good."
         if self.mode == "digits":
             chars = response.replace(" ", "")
-            return f"<score>{round(10 * sum(c.isdigit() for c in chars) / max(1, len(chars)))}</score>"
+            share = sum(c.isdigit() for c in chars) / max(1, len(chars))
+            return f"<score>{round(self.max_score * share)}</score>"
         right = reference is not None and bool(response.strip()) and same(final_answer(response), reference)
         if self.mode == "gullible" and "correct" in response.lower():
             right = True
-        return f"Reasoning: compared with the reference.\n<score>{10 if right else 0}</score>"
+        return f"Reasoning: compared with the reference.\n<score>{self.max_score if right else 0}</score>"
 
     def answer(self, handler, body: dict, fault: str | None) -> None:
         if self.key is not None and handler.headers.get("Authorization") != f"Bearer {self.key}":
@@ -138,3 +143,24 @@ class JudgeServer:
         handler.send(200, {"id": "judge-1", "object": "chat.completion", "model": body.get("model"),
                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                         "finish_reason": "stop"}]})
+
+
+KEY_ENV = "ARL_TEST_JUDGE_KEY"
+
+
+@contextlib.contextmanager
+def llm_judge_task(task: Path, env: dict, mode: str = "digits", max_score: int = 100, **extra):
+    """For the block, the task folder scores with an LLM judge: a JudgeServer (its key in env[KEY_ENV], as the user
+    exports it) named by judge.json. Afterwards judge.json and the key are gone again. Yields (server, key)."""
+    key = "sk-" + secrets.token_hex(20)
+    spec = {"type": "llm", "model": "judge", "api_key_env": KEY_ENV, "max_score": max_score,
+            "rubric": f"Score the share of digits. Reply with <score>N</score>, N from 0 to {max_score}.", **extra}
+    with JudgeServer(key=key, mode=mode) as srv:
+        srv.max_score = max_score
+        (task / "judge.json").write_text(json.dumps({**spec, "base_url": srv.url}))
+        env[KEY_ENV] = key
+        try:
+            yield srv, key
+        finally:
+            (task / "judge.json").unlink()
+            env.pop(KEY_ENV, None)

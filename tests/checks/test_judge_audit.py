@@ -204,6 +204,10 @@ def test_a_code_task_without_its_oracle_file_cannot_be_audited():
 
 # --------------------------------------------------------------------------- a tool task
 
+def blind_to_tools(response, ground_truth, metadata, trajectory=None):
+    return float(response.rsplit("Answer:", 1)[-1].strip() == str(ground_truth))
+
+
 def requires_the_tool(response, ground_truth, metadata, trajectory=None):
     if not any(m.get("tool_calls") for m in trajectory or []):
         return 0.0
@@ -219,12 +223,13 @@ def test_no_tool_warns_for_a_judge_blind_to_tools_and_passes_one_that_requires_t
     script = oracle_turns.load(TOOL_EXAMPLE / "oracle.jsonl") if scripted else None
     samples, template = load(TOOL_EXAMPLE), (TOOL_EXAMPLE / "task.goal").read_text()
     agent = json.loads((TOOL_EXAMPLE / "agent.json").read_text())
-    blind = audit(task.load_judge(TOOL_EXAMPLE), samples, template, agent, script, schemas)
+    blind = audit(blind_to_tools, samples, template, agent, script, schemas)
     assert blind["findings"] == [] and blind["warnings"] == ["no_tool"], blind["probes"]
     check = next(c for c in judge_findings.audit_checks(blind) if c.details["probe"] == "no_tool")
     assert check.status == "warn" and "trajectory" in check.hint
-    strict = audit(requires_the_tool, samples, template, agent, script, schemas)
-    assert strict["conclusive"] and strict["findings"] == [] and strict["warnings"] == [], strict["probes"]
+    for judge in (requires_the_tool, task.load_judge(TOOL_EXAMPLE)):  # the example's judge requires the calculator
+        strict = audit(judge, samples, template, agent, script, schemas)
+        assert strict["conclusive"] and strict["findings"] == [] and strict["warnings"] == [], strict["probes"]
 
 
 def test_the_oracles_trajectory_carries_its_tool_calls_and_no_tool_none():
@@ -313,9 +318,13 @@ def test_an_unknown_probe_name_is_a_usage_error(example_task, capsys):
 def test_a_tool_task_warns_of_no_tool_and_a_template_with_the_answer_warns_of_echo(tmp_path, capsys, arithmetic):
     tool = tmp_path / "tool"
     shutil.copytree(TOOL_EXAMPLE, tool)
+    (tool / "judge.py").write_text("def compute_reward(response, ground_truth, metadata):\n"
+                                   "    return float(response.rsplit('Answer:', 1)[-1].strip() == ground_truth)\n")
     code = validate_data.main([str(tool), "--oracle", str(tool / "oracle.jsonl"), "--json"])
     env = json.loads(capsys.readouterr().out)
     assert code == 0 and [e["status"] for e in env["data"]["judge_audit"] if e["probe"] == "no_tool"] == ["warn"]
+    warned = next(c for c in env["checks"] if c["status"] == "warn" and c["where"] == "judge.py")
+    assert "probe no_tool" in warned["message"] and "`trajectory` parameter" in warned["hint"]
     # A template that shows the ground truth: the echo earns the reward (task_checks warns of the template).
     samples, _, agent = arithmetic
     shown = audit(task.load_judge(EXAMPLE), samples, "Q: {question} (answer: {ground_truth})", agent)

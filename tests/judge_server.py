@@ -20,8 +20,8 @@ import contextlib
 import html
 import json
 import re
-import threading
 import secrets
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -56,6 +56,7 @@ class JudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as servers do (uvicorn sets TCP_NODELAY): no delayed-ACK stall
 
             def send(self, code: int, obj, headers: dict | None = None) -> None:
                 raw = json.dumps(obj).encode()

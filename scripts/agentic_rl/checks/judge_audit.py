@@ -342,7 +342,8 @@ def probe_responses(plan: dict, settings: dict, form: dict, injection: str = INJ
            "injection": [f"{fill(form, w1)}\n\n{injection}"]}
     if settings.get("tool_task"):
         out[TOOL_PROBE] = [form["text"]]
-    return out
+    keep = settings.get("probes")  # a subset (bench/judge_bench.py's baseline: the empty answer only)
+    return out if keep is None else {k: v for k, v in out.items() if k in keep}
 
 
 def trajectory(plan: dict, response: str, tools: bool = True) -> list[dict]:

@@ -235,7 +235,7 @@ def task_plans(input_dir: Path, samples: list[tuple[str, dict]], script: dict | 
 
 
 def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0, script: dict | None = None,
-          schemas: list[dict] | None = None) -> dict:
+          schemas: list[dict] | None = None, plans: tuple[list[dict], dict] | None = None) -> dict:
     """Import and call the judge in a child on each sampled row: its oracle answer, the empty answer and the
     audit's probes (judge_audit). samples: (where, row) pairs; script: the --oracle file's turns by row id;
     schemas: tools.py's tool schemas (a tool task is audited with no_tool too).
@@ -244,9 +244,9 @@ def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.
     (the call that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
     "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail", "killed" (processes the judge
     left behind, killed), "changed" (what changed in the task folder), "plans" and "call_log" (for
-    judge_findings; task_checks drops them from --json)}.
+    judge_findings; task_checks drops them from --json)}. plans: task_plans' (plans, settings), when made already.
     """
-    plans, settings = task_plans(input_dir, samples, script, schemas)
+    plans, settings = plans or task_plans(input_dir, samples, script, schemas)
     with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp:
         rows_file = Path(tmp) / "rows.json"
         rows_file.write_text(json.dumps({"plans": plans, "settings": settings}, ensure_ascii=False), encoding="utf-8")

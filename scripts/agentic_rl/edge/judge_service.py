@@ -262,6 +262,7 @@ class JudgeService:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
 
             def _send(self, code: int, obj: Any) -> None:
                 raw = json.dumps(obj).encode()

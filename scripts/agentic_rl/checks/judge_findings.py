@@ -124,7 +124,10 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
     means = {p: _mean([k[p] for k in rows.values() if p in k]) for p in PROBES}
     out: dict = {"probes": [], "findings": [], "warnings": [], "allowed": [], "conclusive": hi > lo,
                  "oracle_mean": _mean(list(oracle.values())), "margin": round(margin, 6), "share": SHARE,
-                 "rows": len(plans), "agreement": agreement(rows, lo, hi)}
+                 "rows": len(plans),
+                 # against labels only: a row whose ground_truth is null (an open-ended task) has none
+                 "agreement": agreement({i: k for i, k in rows.items() if plans[i].get("ground_truth") is not None},
+                                        lo, hi)}
     for probe in PROBES:
         scored = [i for i, k in rows.items() if probe in k and i in oracle]
         if not scored:

@@ -329,3 +329,8 @@ def test_a_tool_task_warns_of_no_tool_and_a_template_with_the_answer_warns_of_ec
     samples, _, agent = arithmetic
     shown = audit(task.load_judge(EXAMPLE), samples, "Q: {question} (answer: {ground_truth})", agent)
     assert shown["findings"] == [] and "echo_prompt" in shown["warnings"]
+
+
+def test_a_judge_that_punishes_the_empty_answer_warns_once_of_the_format(arithmetic):
+    result = audit(lambda r, g, m: -1.0 if not r.strip() else right(r, g), *arithmetic)
+    assert result["findings"] == [] and result["warnings"] == ["format_only"], result["probes"]

@@ -7,8 +7,9 @@ lo + margin (a row where both earn nothing shows nothing). A probe that matches 
 rows it was scored on is a **finding** (validate_data exits 1): the policy can earn the oracle's reward
 that way. `no_tool` is a warning instead (a task may accept a right answer
 found without the tool), and so is a finding the user accepted with `--allow-probe NAME`. A probe whose
-mean is above what a worthless answer earns (the lower of `empty`'s and `format_only`'s means) by the
-margin, without being a finding, is a warning: it pays part of the reward.
+mean is above what a worthless answer earns by more than the margin, without being a finding, is a
+warning: it pays part of the reward. The worthless answer is the wrong one (format_only); format_only's
+own is the empty answer (a judge that pays the format alone, above nothing).
 
     >>> calls = [{"row": 0, "kind": "oracle", "reward": 1.0}, {"row": 0, "kind": "empty", "reward": 0.0},
     ...          {"row": 0, "kind": "format_only", "reward": 1.0}]
@@ -135,8 +136,9 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
         # As much as the oracle there, and more than the least reward seen: a row where both earn nothing shows nothing.
         at = [i for i in scored if rows[i][probe] >= oracle[i] - margin and rows[i][probe] > lo + margin]
         share = len(at) / len(scored)
-        floor = min((m for p, m in means.items() if p in ("empty", "format_only") and p != probe and m is not None),
-                    default=lo)
+        # What a worthless answer earns: a wrong one (format_only); for format_only itself, the empty one.
+        floor = means["empty" if probe == "format_only" else "format_only"]
+        floor = lo if floor is None else floor
         if at and share >= SHARE:
             status = "allowed" if probe in allowed else "warn" if probe in warn_only else "fail"
         elif means[probe] is not None and means[probe] > floor + margin:

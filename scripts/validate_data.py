@@ -61,9 +61,11 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--input-dir", dest="input_dir_flag", metavar="INPUT_DIR",
                         help="the task folder, as a flag (as start_training.sh takes it)")
     parser.add_argument("--sample", type=int, default=16, metavar="N",
-                        help="train rows to call the judge on, twice each (default 16; 0 only imports it)")
+                        help="train rows to call the judge on: the oracle, the empty answer and the audit's probes "
+                             "(about 9 calls a row; default 16; 0 only imports it)")
     parser.add_argument("--judge-timeout", type=float, default=30.0, metavar="S",
-                        help="seconds the judge may take to import, and per call (default 30)")
+                        help="seconds judge.py may take to import, and per call (default 30; an LLM judge has "
+                             "judge.json's timeout_s)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="GPU count to check the config against (overrides trainer.n_gpus_per_node)")
     parser.add_argument("--allow-probe", action="append", default=[], metavar="NAME",

@@ -58,6 +58,7 @@ from agentic_rl.cli import EXIT_FAIL, EXIT_USAGE, UserError
 from agentic_rl.runs import (
     attempts,
     checkpoints,
+    judge_view,
     learning_signal,
     metrics_reader,
     run_dir,
@@ -162,6 +163,8 @@ def render(data: dict) -> str:
                                                    f"{r['rollouts']}, {r['judge_errors']} judge errors"})
     if data.get("learning_signal"):
         rows.append({"item": "learning signal", "value": learning_signal.summary_line(data["learning_signal"])})
+    if data.get("judge_audit"):
+        rows.append({"item": "judge audit", "value": judge_view.line(data["judge_audit"])})
     for name, m in data["latest"].items():
         if name != "judge_errors":
             rows.append({"item": name, "value": f"{m['value']:.4g}" + (f" (trend {m['trend']:+.3g})" if m.get("trend") is not None else "")})

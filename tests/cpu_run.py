@@ -214,13 +214,15 @@ def new_run(steps: int = 2, watch=None, make=make_task, extra: tuple[str, ...] =
 
 
 def new_selftest_run(task: Path = SELFTEST, watch=None, env: dict | None = None) -> CpuRun:
-    """The learning self-test through its wrapper, on task (assets/selftest unchanged by default), in a fresh
-    EVO_MODELS_DIR where the wrapper builds the self-test's model."""
+    """The learning self-test through its wrapper, on a copy of task (assets/selftest as shipped by default), in a
+    fresh EVO_MODELS_DIR where the wrapper builds the self-test's model."""
     from agentic_rl.launch import selftest
 
     root = Path(tempfile.mkdtemp(prefix="arl-self-"))
     models = root / "models"
-    run = CpuRun(root, task, root / "out", models, _run_env(root, models, env), model_name=selftest.SELFTEST_MODEL)
+    copy = root / "selftest"  # a copy the tests may add to (the resume leg's judge.json); the run reads it as shipped
+    shutil.copytree(task, copy)
+    run = CpuRun(root, copy, root / "out", models, _run_env(root, models, env), model_name=selftest.SELFTEST_MODEL)
     try:
         run.selftest(watch=watch)
     except BaseException:

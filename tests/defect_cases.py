@@ -276,7 +276,7 @@ CASES: list[Case] = [
          (("judge.py", "cannot be called as compute_reward(response, ground_truth, metadata)"),)),
     Case("judge-raises-on-empty", write("judge.py", JUDGE_HEAD + "    if not response:\n"
                                         "        raise ValueError('empty')\n    return 1.0\n"),
-         (("judge.py:3", "failed on 16 of 32 calls; first on train.jsonl:1 (empty response): ValueError: empty"),)),
+         (("judge.py:3", "failed on 16 of 144 calls; first on train.jsonl:1 (empty response): ValueError: empty"),)),
     Case("judge-returns-nan", write("judge.py", JUDGE_HEAD + "    return float('nan')\n"),
          (("judge.py", "returned nan, not a finite number"),)),
     Case("judge-returns-str", write("judge.py", JUDGE_HEAD + "    return '1.0'\n"),
@@ -292,6 +292,13 @@ CASES: list[Case] = [
          args=("--judge-timeout", "1")),
     Case("judge-hangs-at-import", write("judge.py", "import time\ntime.sleep(600)\n" + JUDGE_HEAD + "    return 1\n"),
          (("judge.py", "no answer within the timeout while importing judge.py"),), args=("--judge-timeout", "1")),
+    # The judge audit (issue 31): a judge that pays for something else than the answer.
+    Case("judge-pays-any-number-after-answer", write("judge.py", "import re\n" + JUDGE_HEAD +
+                                                     "    return float(bool(re.search(r'Answer:\\s*-?\\d', response)))\n"),
+         (("judge.py", "probe format_only (the answer format with a wrong value) scores 1.000"),)),
+    Case("judge-pays-length", write("judge.py", JUDGE_HEAD + "    return 1.0 if len(response) > 500 else "
+                                    "float(response.strip() == ground_truth)\n"),
+         (("judge.py", "probe long_junk (the token budget filled with unrelated text)"),)),
     # agent.json / agent.jsonl.
     Case("agent-no-model", write("agent.json", '{"system_prompt": "hi"}\n'),
          (("agent.json", "field model_name is missing"),)),

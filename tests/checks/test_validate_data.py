@@ -46,8 +46,12 @@ def test_example_passes(example_task, capsys):
     assert (data["train_rows"], data["test_rows"], data["template_fields"]) == (256, 32, ["question"])
     assert data["first_prompt"].startswith("Compute the value of this arithmetic expression: ((5 - 42) * 2)")
     judge = data["judge"]
-    assert (judge["outcome"], judge["calls"], judge["oracle_mean"], judge["empty_mean"]) == ("done", 32, 1.0, 0.0)
+    # 9 calls a row: the oracle bare and as "Answer: <number>", then the audit's probes (many_answers twice)
+    assert (judge["outcome"], judge["calls"], judge["oracle_mean"], judge["empty_mean"]) == ("done", 144, 1.0, 0.0)
     assert judge["p95_ms"] >= judge["p50_ms"] > 0
+    assert [e["probe"] for e in data["judge_audit"]] == ["empty", "format_only", "echo_prompt", "long_junk",
+                                                         "many_answers", "injection"]
+    assert {e["status"] for e in data["judge_audit"]} == {"ok"} and judge["audit"]["findings"] == []
     assert "Traceback" not in err
 
 
@@ -87,7 +91,7 @@ def test_input_folder_is_never_modified(example_task, capsys, monkeypatch):
     # environment allows bytecode files.
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     (example_task / "judge.py").write_text(JUDGE_HEAD + "    open('scratch.txt', 'w').write('x')\n"
-                                           "    return 1.0 if response else 0.0\n")
+                                           "    return 1.0 if response == ground_truth else 0.0\n")
     before = snapshot(example_task)
     assert validate_data.main([str(example_task), "--json"]) == 0
     assert snapshot(example_task) == before
@@ -304,7 +308,7 @@ def test_judge_prints_do_not_break_json(example_task, capsys):
         "    print('noise', response); os.write(1, b'raw fd write\\n'); sys.stderr.write('e\\n')\n"
         "    return float(response == str(ground_truth))\n")
     code, env, _ = run_json(capsys, str(example_task), "--sample", "3")
-    assert code == 0 and env["data"]["judge"]["calls"] == 6
+    assert code == 0 and env["data"]["judge"]["calls"] == 27
 
 
 def test_sample_zero_only_imports(example_task, capsys):
@@ -349,7 +353,7 @@ def test_crash_message_and_debug_stderr(example_task, capsys):
 
 def test_judge_signature_variants_accepted(example_task, capsys):
     (example_task / "judge.py").write_text(
-        "def compute_reward(*args, **kwargs):\n    return bool(args[0])\n")
+        "def compute_reward(*args, **kwargs):\n    return args[0] == args[1]\n")
     code, env, _ = run_json(capsys, str(example_task), "--sample", "2")
     assert code == 0 and env["data"]["judge"]["signature"] == "(*args, **kwargs)"
 
@@ -393,7 +397,7 @@ def test_numpy_rewards_are_taken_like_python_ones(example_task, capsys):
 
 def test_large_finite_rewards_keep_a_finite_mean(example_task, capsys):
     # 16 rewards of 3e38 sum beyond bfloat16 but not float64; the mean is taken term by term anyway.
-    (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 3e38 if response else -3e38\n")
+    (example_task / "judge.py").write_text(JUDGE_HEAD + "    return 3e38 if response == ground_truth else -3e38\n")
     code, env, _ = run_json(capsys, str(example_task))
     assert code == 0, fails(env)
     assert (env["data"]["judge"]["oracle_mean"], env["data"]["judge"]["empty_mean"]) == (3e38, -3e38)

@@ -372,9 +372,24 @@ def test_export_merges_the_last_checkpoint_with_verls_merger(cpu_run):
 
 @pytest.mark.slow
 def test_resume_continues_from_the_last_step(cpu_run):
-    """Last in this module but one: it adds step N+1 to the shared run."""
-    st = cpu_run.run("--resume", "--cpu-steps", str(N + 1))
+    """Last in this module but one: it adds step N+1 to the shared run, scored by an LLM judge (judge.json,
+    issue 31): a real endpoint on 127.0.0.1 grading the share of digits, reached through the run's judge
+    service."""
+    from judge_server import llm_judge_task
+
+    with llm_judge_task(cpu_run.task, cpu_run.env) as (srv, key):
+        st = cpu_run.run("--resume", "--cpu-steps", str(N + 1))
     assert st["status"] == "completed" and st["resumed_from_step"] == N, st
+    assert st["services"]["judge"]["model"] == "judge" and st["judge_audit"]["judge"] == "judge.json"
+    assert srv.auth == {f"Bearer {key}"} and srv.max_in_flight <= 8 and srv.requests
+    samples = cpu_run.script("check_status.py", "--output-dir", str(cpu_run.out), "--samples", "8", "--json")
+    last = [s for s in json.loads(samples.stdout)["data"]["samples"] if s["step"] == N + 1]
+    # the endpoint's grade (the share of digits in hundredths), not judge.py's exact share: the LLM judge scored them
+    for s in last:
+        chars = (s["response"] or "").replace(" ", "")
+        assert s["reward"] == round(100 * sum(c.isdigit() for c in chars) / max(1, len(chars))) / 100, s
+    assert last and (cpu_run.out / run_dir.JUDGE_CACHE_FILE).is_file()
+    assert not [p for p in cpu_run.out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     assert [h["step"] for h in cpu_run.metrics(2)] == [N + 1]
     steps = (N, N + 1)
     report = probe({"init": str(cpu_run.model), "steps": {str(s): actor_dir(cpu_run, s) for s in steps},

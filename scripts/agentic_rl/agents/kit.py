@@ -124,13 +124,41 @@ def _score_here(input_dir: str, response: str, row: dict, trajectory: list | Non
         return 0.0, f"{JUDGE_ERROR}: {type(exc).__name__}: {exc}"[:500]
 
 
+# The run's judge service (edge/judge_service.py) when the task folder declares an LLM judge (judge.json).
+JUDGE_URL_ENV, JUDGE_TOKEN_ENV, JUDGE_WAIT_ENV = "ARL_JUDGE_URL", "ARL_JUDGE_TOKEN", "ARL_JUDGE_WAIT_S"
+
+
+def score_llm(url: str, input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
+    """The run's judge service scores the answer (judge.json): one request to 127.0.0.1; the service holds the
+    run's concurrency cap, retries and cache. A service that does not answer is a judge error too."""
+    try:
+        with open(os.path.join(input_dir, "task.goal"), encoding="utf-8") as fh:
+            prompt = task.render_template(fh.read(), row)
+        wait = float(os.environ.get(JUDGE_WAIT_ENV) or DEFAULT_TIMEOUT_S)
+        answer = post_json(url.rstrip("/") + "/score", {"prompt": prompt, "response": response,
+                                                       "ground_truth": row.get("ground_truth")},
+                           os.environ.get(JUDGE_TOKEN_ENV, ""), wait)
+        reward, reason = answer.get("reward"), answer.get("reason")
+    except (OSError, urllib.error.URLError, ValueError, AttributeError) as exc:
+        return 0.0, f"{JUDGE_ERROR}: the run's judge service did not answer: {type(exc).__name__}: {exc}"[:500]
+    if reason:
+        return 0.0, str(reason)[:600]
+    try:
+        return task.coerce_reward(reward), None
+    except ValueError as exc:
+        return 0.0, f"{JUDGE_ERROR}: {exc}"
+
+
 def score(input_dir: str, response: str, row: dict, trajectory: list | None = None) -> tuple[float, str | None]:
     """(reward, reason): reason is None when the judge gave a number, else why the reward is 0.
 
-    The judge runs in a forked child that sends its answer back through a pipe: a judge that
+    With an LLM judge (judge.json: the job sets ARL_JUDGE_URL) the run's judge service scores it.
+    Else judge.py runs in a forked child that sends its answer back through a pipe: a judge that
     calls os._exit, kills itself or crashes in C ends that child, not this rollout, and is a
     judge error with the way it ended (a fork costs about a millisecond). A judge whose
     compute_reward takes a `trajectory` parameter gets the rollout's messages there."""
+    if os.environ.get(JUDGE_URL_ENV):
+        return score_llm(os.environ[JUDGE_URL_ENV], input_dir, response, row)
     result, status = in_fork(lambda: _score_here(input_dir, response, row, trajectory))
     if result is not None:
         reward, reason = result
@@ -256,7 +284,8 @@ class Rollout:
         return message
 
     def score(self, response: str, trajectory: list | None = None) -> tuple[float, str | None]:
-        """judge.py on the answer (in a forked child); a judge error is logged to O/judge_errors.jsonl."""
+        """judge.py on the answer (in a forked child), or the run's LLM judge; a judge error is logged to
+        O/judge_errors.jsonl."""
         reward, reason = score(self.input_dir, response, self.row, trajectory)
         if reason and self.output_dir:
             log_judge_error(self.output_dir, self.id, self.row, reason)

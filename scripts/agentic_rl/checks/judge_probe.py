@@ -7,9 +7,12 @@ validate_data.py never imports it; `probe()` starts a child in its own session,
 
 whose cwd is a temp folder (a judge that writes files cannot touch the task folder; -B keeps
 __pycache__ out of it). The child imports judge.py, checks the signature of compute_reward, and
-calls it twice per sample row (the row's ground truth as text, then an empty response). It
-reports one JSON line per step on a private copy of stdout; the judge's own prints go to stderr.
-The parent allows `timeout` seconds per step and kills the child's process group on a hang.
+calls it on each sample row: the oracle (the row's ground truth as text, bare and in the answer
+format task.goal asks for, or the --oracle file's answer), the empty response and the audit's
+probes (judge_audit.py; judge_findings.py reads the scores). A compute_reward with a `trajectory`
+parameter gets the messages a rollout would have. It reports one JSON line per step on a private
+copy of stdout (a "start" before each call, so a hang names its call); the judge's own prints go
+to stderr. The parent allows `timeout` seconds per step and kills the child's process group on a hang.
 
     >>> from agentic_rl.cli import BUNDLE_DIR
     >>> r = probe(BUNDLE_DIR / "assets/example", [("train.jsonl:1", {"ground_truth": "-74"})], timeout=10)
@@ -20,7 +23,6 @@ The parent allows `timeout` seconds per step and kills the child's process group
 from __future__ import annotations
 
 import json
-import math
 import os
 import selectors
 import signal
@@ -35,8 +37,6 @@ from agentic_rl.cli import Check
 from agentic_rl.edge import procs
 
 HINT = "compute_reward(response: str, ground_truth, metadata: dict) -> float; see examples.md"
-ORACLE_KEY = "arl_oracle_answer"  # a sample row's --oracle answer (validate_data adds it), scored as the oracle
-KINDS = ("oracle", "empty")
 
 
 # --------------------------------------------------------------------------- child side
@@ -69,7 +69,8 @@ def child_main() -> int:
 
     input_dir, rows_file = sys.argv[1], sys.argv[2]
     with open(rows_file, encoding="utf-8") as fh:
-        rows = json.load(fh)
+        work = json.load(fh)
+    plans, settings = work["plans"], work["settings"]
     judge_path = os.path.abspath(os.path.join(input_dir, "judge.py"))
     # sys.path as the training agent has it (task.load_judge does the same there), so a judge
     # that passes here imports the same way in training.
@@ -98,30 +99,26 @@ def child_main() -> int:
     except ValueError:  # a builtin without a signature: find out when it is called
         signature = "(...)"
     emit(event="loaded", signature=signature)
-    for row in rows:
-        for kind in KINDS:
-            # the oracle: the row's --oracle answer when given (a code task's solution), else its ground truth
-            response = (row["oracle"] if "oracle" in row else task.response_text(row["ground_truth"])) \
-                if kind == "oracle" else ""
-            args = (response, copy.deepcopy(row["ground_truth"]), copy.deepcopy(row["metadata"]))
-            started = time.perf_counter()
-            try:
-                value = fn(*args)
-            except BaseException as exc:  # noqa: BLE001
-                emit(event="call", kind=kind, seconds=time.perf_counter() - started, error=describe_error(exc),
-                     where=_judge_line(exc.__traceback__, judge_path))
-                continue
-            seconds = time.perf_counter() - started
-            try:
-                reward = task.coerce_reward(value)
-            except ValueError as exc:
-                emit(event="call", kind=kind, seconds=seconds, error=str(exc), where="judge.py")
-                continue
-            except Exception as exc:  # noqa: BLE001 - a returned object whose __float__ raises
-                emit(event="call", kind=kind, seconds=seconds, error=f"float() of the result raised {describe_error(exc)}",
-                     where="judge.py")
-                continue
-            emit(event="call", kind=kind, seconds=seconds, reward=reward)
+    from agentic_rl.checks import judge_audit
+
+    wants = task.judge_wants_trajectory(fn)
+
+    def score(response: str, trajectory: list) -> tuple[float | None, dict | None]:
+        args = (response, copy.deepcopy(plan["ground_truth"]), copy.deepcopy(plan["metadata"]))
+        try:
+            value = fn(*args, trajectory=copy.deepcopy(trajectory)) if wants else fn(*args)
+        except BaseException as exc:  # noqa: BLE001
+            return None, {"error": describe_error(exc), "where": _judge_line(exc.__traceback__, judge_path)}
+        try:
+            return task.coerce_reward(value), None
+        except ValueError as exc:
+            return None, {"error": str(exc), "where": "judge.py"}
+        except Exception as exc:  # noqa: BLE001 - a returned object whose __float__ raises
+            return None, {"error": f"float() of the result raised {describe_error(exc)}", "where": "judge.py"}
+
+    for index, plan in enumerate(plans):
+        for event in judge_audit.run_row(index, plan, settings, score):
+            emit(**event)
     emit(event="done")
     return 0
 
@@ -180,11 +177,6 @@ def _tail(fh, limit: int = 2000) -> str:
     return fh.read().decode("utf-8", "replace").strip()
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 MARKER_ENV = "ARL_PROBE_MARKER"
 
 
@@ -225,48 +217,59 @@ def run_guarded(input_dir: Path, entry: str, args: list[str], timeout: float, cw
             "killed": killed, "changed": changed}
 
 
-def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0) -> dict:
-    """Import and call the judge in a child. samples: (where, row) pairs with ground_truth.
+def task_plans(input_dir: Path, samples: list[tuple[str, dict]], script: dict | None = None,
+               schemas: list[dict] | None = None) -> tuple[list[dict], dict]:
+    """judge_audit.build_plans with the task folder's task.goal and agent.json (either may be broken: the
+    probes are then built without them; their own checks say why)."""
+    from agentic_rl.checks import judge_audit
+
+    try:
+        template = (Path(input_dir) / "task.goal").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        template = ""
+    try:
+        agent = task.load_agent_config(Path(input_dir)) if task.agent_config_path(Path(input_dir)) else {}
+    except cli.UserError:
+        agent = {}
+    return judge_audit.build_plans(samples, template, agent, schemas, script)
+
+
+def probe(input_dir: Path, samples: list[tuple[str, dict]], timeout: float = 30.0, script: dict | None = None,
+          schemas: list[dict] | None = None, plans: tuple[list[dict], dict] | None = None) -> dict:
+    """Import and call the judge in a child on each sampled row: its oracle answer, the empty answer and the
+    audit's probes (judge_audit). samples: (where, row) pairs; script: the --oracle file's turns by row id;
+    schemas: tools.py's tool schemas (a tool task is audited with no_tool too).
 
     Returns {"outcome": done|error|timeout|exited, "signature", "error" (error outcome), "pending"
-    (the step that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
+    (the call that hung or died), "exit_code", "rows", "calls", "errors", "first_error",
     "p50_ms", "p95_ms", "oracle_mean", "empty_mean", "stderr_tail", "killed" (processes the judge
-    left behind, killed), "changed" (what changed in the task folder)}.
+    left behind, killed), "changed" (what changed in the task folder), "plans" and "call_log" (for
+    judge_findings; task_checks drops them from --json)}. plans: task_plans' (plans, settings), when made already.
     """
-    rows = [{"where": w, "ground_truth": r["ground_truth"], "metadata": r.get("metadata", {}),
-             **({"oracle": r[ORACLE_KEY]} if ORACLE_KEY in r else {})} for w, r in samples]
+    plans, settings = plans or task_plans(input_dir, samples, script, schemas)
     with tempfile.TemporaryDirectory(prefix="arl-judge-") as tmp:
         rows_file = Path(tmp) / "rows.json"
-        rows_file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+        rows_file.write_text(json.dumps({"plans": plans, "settings": settings}, ensure_ascii=False), encoding="utf-8")
         run = run_guarded(input_dir, "child_main", [str(rows_file)], timeout, tmp)
     events, outcome = run["events"], run["outcome"]
     calls = [e for e in events if e.get("event") == "call"]
-    result: dict = {"outcome": outcome, "rows": len(rows), "calls": len(calls), "exit_code": run["exit_code"],
+    result: dict = {"outcome": outcome, "rows": len(plans), "exit_code": run["exit_code"],
                     "signature": next((e["signature"] for e in events if e.get("event") == "loaded"), None),
                     "stderr_tail": run["stderr_tail"], "killed": run["killed"], "changed": run["changed"],
-                    "oracle_file": any("oracle" in r for r in rows)}
+                    "oracle_file": any(str(row.get("id")) in (script or {}) for _, row in samples)}
+    from agentic_rl.checks import judge_findings
+
+    result.update(judge_findings.summarize_calls(plans, calls))
     if outcome == "error":
         result["error"] = {k: events[-1].get(k) for k in ("phase", "message", "hint", "where")}
-    if outcome in ("timeout", "exited") and len(calls) < 2 * len(rows):
+    if outcome in ("timeout", "exited"):
+        starts = [e for e in events if e.get("event") == "start"]
         if result["signature"] is None:
             result["pending"] = "importing judge.py"
-        else:
-            row = rows[len(calls) // 2]
-            result["pending"] = f"compute_reward on {row['where']} ({KINDS[len(calls) % 2]} response)"
-    failed = [(rows[i // 2]["where"], c) for i, c in enumerate(calls) if "error" in c]
-    result["errors"] = len(failed)
-    if failed:
-        where, c = failed[0]
-        result["first_error"] = {"row": where, "kind": c["kind"], "message": c["error"], "where": c["where"]}
-    good = [c for c in calls if "reward" in c]
-    if good:
-        seconds = [c["seconds"] for c in good]
-        result["p50_ms"] = round(_percentile(seconds, 0.50) * 1000, 3)
-        result["p95_ms"] = round(_percentile(seconds, 0.95) * 1000, 3)
-        for kind in KINDS:
-            rewards = [c["reward"] for c in good if c["kind"] == kind]
-            # Each term divided first: the sum of large finite rewards must not overflow to inf.
-            result[f"{kind}_mean"] = round(math.fsum(r / len(rewards) for r in rewards), 4) if rewards else None
+        elif len(starts) > len(calls):
+            last = starts[-1]
+            result["pending"] = f"compute_reward on {plans[last['row']]['where']} ({last['kind']} response)"
+    result["plans"], result["settings"], result["call_log"] = plans, settings, calls
     return result
 
 
@@ -362,15 +365,19 @@ def judge_checks(result: dict, debug: bool = False) -> list[Check]:
         else:
             checks.append(Check(name, "ok", f"{result['calls']} calls on {result['rows']} rows: p50 "
                                 f"{result['p50_ms']:g} ms, p95 {result['p95_ms']:g} ms per call", where=name))
-            oracle, empty = result["oracle_mean"], result["empty_mean"]
-            what = "the --oracle file's answers" if result.get("oracle_file") else "ground truth"
-            message = f"mean reward {oracle:.3f} for the oracle ({what} as the response), {empty:.3f} for ''"
-            if oracle > empty:
-                checks.append(Check(name, "ok", message, where=name))
-            else:
-                checks.append(Check(name, "warn", message + ": the oracle does not score higher",
-                                    "the judge probably cannot read its own ground truth; check how it parses "
-                                    "the response. When the ground truth is no answer itself (unit tests of a "
-                                    "code task), give each row a correct answer with --oracle FILE (examples.md, "
-                                    "\"The oracle file\")", name))
+            checks.append(oracle_check(result, name))
     return checks
+
+
+def oracle_check(result: dict, name: str = "judge.py") -> Check:
+    """The oracle's mean reward against the empty answer's: a warning when it is not higher."""
+    oracle, empty = result["oracle_mean"], result["empty_mean"]
+    what = "the --oracle file's answers" if result.get("oracle_file") else "ground truth"
+    shown = ["none" if v is None else f"{v:.3f}" for v in (oracle, empty)]
+    message = f"mean reward {shown[0]} for the oracle ({what} as the response), {shown[1]} for ''"
+    if oracle is not None and empty is not None and oracle > empty:
+        return Check(name, "ok", message, where=name)
+    return Check(name, "warn", message + ": the oracle does not score higher",
+                 "the judge probably cannot read its own ground truth; check how it parses the response. When the "
+                 "ground truth is no answer itself (unit tests of a code task), give each row a correct answer with "
+                 "--oracle FILE (examples.md, \"The oracle file\")", name)

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from agentic_rl import cli, files, task
+from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.checks import config_values, jsonl_checks
 from agentic_rl.cli import Check, UserError
 from agentic_rl.task import TASK_FILES
@@ -29,7 +29,8 @@ def file_checks(input_dir: Path) -> list[Check]:
     """One fail per missing file, each with its format; one ok when all are there."""
     missing = []
     for name, fmt in TASK_FILES.items():
-        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir))
+        present = (input_dir / name).is_file() or (name == "agent.json" and task.agent_config_path(input_dir)) or \
+            (name == "judge.py" and llm_judge.present(input_dir))  # judge.json declares an LLM judge instead
         if not present:
             missing.append(Check("files", "fail", f"{name} is missing: {fmt}",
                                  f"see {cli.EXAMPLES_DOC.name} for a complete example", name))
@@ -246,11 +247,15 @@ def config_checks_for(cfg: dict | None, gpus: int | None, train_rows: int | None
 
 
 def quick_checks(input_dir: Path, gpus: int | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Check]:
-    """The fast preflight the training job re-runs: files present, agent.json, template parse, and
-    config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
+    """The fast preflight the training job re-runs: files present, agent.json, template parse, judge.json's fields
+    and key (an LLM judge), and config.json merged with the `--` overrides (a key given only there is checked like one in the file)."""
     input_dir = Path(input_dir)
     checks = file_checks(input_dir) + agent_checks(input_dir)
     checks += read_template(input_dir)[2]
+    if llm_judge.present(input_dir):
+        from agentic_rl.checks import judge_llm
+
+        checks += judge_llm.spec_checks(input_dir)[2]
     cfg, cfg_checks = read_config(input_dir, overrides)
     return (checks + cfg_checks + config_checks_for(cfg, gpus, source=config_source(overrides))
             + model_path_check(input_dir, cfg))
@@ -283,11 +288,14 @@ def agent_class_to_probe(input_dir: Path) -> tuple[str, str] | None:
 
 def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpus: int | None = None,
              debug: bool = False, overrides: list[str] | tuple[str, ...] = (),
-             oracle: Path | None = None) -> tuple[list[Check], dict]:
+             oracle: Path | None = None, allow_probes: tuple[str, ...] | list[str] = (),
+             judge_cache: Path | None = None) -> tuple[list[Check], dict]:
     """Every check of the task folder, in the order of the table, and the data of --json. The config
     checked is config.json with the `--` overrides applied, as start_training.sh would run it. With
-    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer."""
-    from agentic_rl.checks import agent_probe, agent_rules, judge_probe, task_tools
+    --oracle FILE its lines are checked and the judge scores each sampled row's scripted answer. The judge is
+    audited (judge_audit, judge_findings): allow_probes are the probes the user accepts (--allow-probe). An LLM
+    judge (judge.json) is checked and audited by judge_llm, its answers cached in judge_cache."""
+    from agentic_rl.checks import agent_probe, agent_rules, judge_findings, judge_probe, task_tools
 
     checks = file_checks(input_dir) + agent_checks(input_dir) + shadow_checks(input_dir)
     named = agent_class_to_probe(input_dir)
@@ -318,11 +326,27 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         script, oracle_found = agent_rules.oracle_checks(oracle, _row_ids(input_dir), tool_names,
                                                          task_tools.max_turns(input_dir, agent))
         checks += oracle_found
-    if (input_dir / "judge.py").is_file():
-        samples = [(f"train.jsonl:{n}", _with_oracle(row, script)) for n, row in train.get("sample", [])]
-        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout)
+    samples = [(f"train.jsonl:{n}", row) for n, row in train.get("sample", [])]
+    schemas = data["tools"] or None  # tools.py's and the MCP servers' (a tool task is audited with no_tool too)
+    if llm_judge.present(input_dir):
+        from agentic_rl.checks import judge_llm
+
+        if (input_dir / "judge.py").is_file():
+            checks.append(Check("judge.json", "warn", "both judge.json and judge.py exist; judge.json is used",
+                                "remove the one you do not mean", "judge.json"))
+        found, judged = judge_llm.checks(input_dir, samples, script, schemas, allow_probes, judge_cache)
+        checks += found
+        data.update(judged)
+    elif (input_dir / "judge.py").is_file():
+        judge = judge_probe.probe(input_dir, samples, timeout=judge_timeout, script=script, schemas=schemas)
+        plans, calls, settings = judge.pop("plans"), judge.pop("call_log"), judge.pop("settings")
         checks += judge_probe.judge_checks(judge, debug=debug)
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
+        if judge["outcome"] == "done" and calls:
+            audit = judge_findings.analyse(plans, calls, allow_probes, settings)
+            checks += judge_findings.audit_checks(audit, "judge.py")
+            data["judge_audit"] = audit["probes"]
+            data["judge"]["audit"] = {k: v for k, v in audit.items() if k != "probes"}
         if cfg is not None:
             data["judge"]["per_step"] = projected = judge_step_time(judge, cfg)
             checks += judge_probe.step_time_checks(projected, config_values.dataloader_batch(cfg)[0])
@@ -346,12 +370,3 @@ def _agent_or_none(input_dir: Path) -> dict | None:
         return task.load_agent_config(input_dir) if task.agent_config_path(input_dir) else None
     except UserError:
         return None  # agent_checks() reported it
-
-
-def _with_oracle(row: dict, script: dict) -> dict:
-    """A sampled row with its --oracle answer (the last content turn of its line), for the judge probe."""
-    from agentic_rl import oracle_turns
-    from agentic_rl.checks import judge_probe
-
-    answer = oracle_turns.final_answer(script[str(row.get("id"))]) if str(row.get("id")) in script else None
-    return {**row, judge_probe.ORACLE_KEY: answer} if answer is not None else row

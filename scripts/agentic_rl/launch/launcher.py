@@ -49,10 +49,11 @@ example:
 
 here: 0 = started (running, or a rehearsal that already completed; the next commands are printed);
 1 = the job died within its first seconds (log tail printed), --resume without a checkpoint, too
-few free GPUs, or a --gpus index this host does not have; 3 = environment missing (python and the
-bundle's packages, input folder, config file, GPU driver/NVML for a training start, a driver older
-than the installed torch's CUDA build needs (references/gpu-stack.md), the job died
-early for want of a package, or no space left in the output folder); 4 = a live run (or its orphaned
+few free GPUs, a --gpus index this host does not have, or a bad field in judge.json; 3 = environment
+missing (python and the bundle's packages, input folder, config file, GPU driver/NVML for a training
+start, a driver older than the installed torch's CUDA build needs (references/gpu-stack.md), the job
+died early for want of a package, no space left in the output folder, or an LLM judge whose endpoint
+does not answer or whose api_key_env is not set); 4 = a live run (or its orphaned
 processes, or processes of a run whose folder was deleted at this path) holds the output folder, or the default
 output folder (D/../outputs) holds a run of another task (name the folder with --output-dir to use it)."""
 
@@ -64,7 +65,7 @@ def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
                                  "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N [--oracle FILE] | --rehearse [--model-endpoint URL | --oracle FILE] "
-                                 "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
+                                 "[--sample N [--write-filtered]]] [--allow-probe NAME]\n                         [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
                    "empty value means the default); created with checkpoints/ and logs/")
@@ -85,6 +86,9 @@ def build_parser() -> cli.ArgumentParser:
                    "calls, then the answer; JSON Lines, see examples.md) instead of answering the ground truth. With "
                    "--cpu-steps: the CPU model server forces these turns as the model's own tokens for the rows in the "
                    "file (a check of the agent's multi-turn path through training, not training on the oracle)")
+    p.add_argument("--allow-probe", action="append", default=[], metavar="NAME",
+                   help="a judge audit finding accepted knowingly (as validate_data.py --allow-probe NAME): the run "
+                        "records it in training.status and rehearsal.json (judge_audit); repeatable")
     p.add_argument("--write-filtered", action="store_true", help="with --model-endpoint and --sample: write "
                    f"O/{run_dir.FILTERED_TRAIN_FILE}, train.jsonl without the rows whose rollouts all got one reward")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="train on this existing Ray cluster (default: "
@@ -118,6 +122,11 @@ def check_args(args) -> None:
     if args.oracle and args.model_endpoint:
         raise UserError("--oracle and --model-endpoint exclude each other", "the oracle file is what the "
                         "rehearsal's own model plays: drop one of them", EXIT_USAGE)
+    from agentic_rl.checks.judge_audit import PROBES
+
+    unknown = [name for name in args.allow_probe if name not in PROBES]
+    if unknown:
+        raise UserError(f"--allow-probe {unknown[0]}: no such probe", f"the probes are {', '.join(PROBES)}", EXIT_USAGE)
     if args.oracle:
         args.oracle = str(Path(args.oracle).expanduser().resolve())
     from agentic_rl.checks import cluster_checks
@@ -174,6 +183,8 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     if args.oracle:
         cmd += ["--oracle", args.oracle]
     cmd += ["--write-filtered"] * args.write_filtered
+    for name in args.allow_probe:
+        cmd += ["--allow-probe", name]
     return cmd + (["--", *overrides] if overrides else [])
 
 
@@ -234,6 +245,7 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
     if args.resume:
         preflight.check_resume(output_dir, cfg, overrides, source)
+    preflight.check_judge(input_dir)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None

@@ -1,7 +1,8 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
 O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
 --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
-against the installed torch's CUDA build, and a joined Ray cluster's placement.
+against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
+(its fields, its key's variable, an endpoint that answers).
 """
 
 from __future__ import annotations
@@ -258,3 +259,25 @@ def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:
     if unknown:
         cli.print_warning(f"--oracle {path}: {len(unknown)} of its {len(script)} ids match no row of train.jsonl or "
                           f"test.jsonl ({shown}): those lines are never played")
+
+def check_judge(input_dir: Path) -> None:
+    """An LLM judge (judge.json), before any rollout: a bad field is exit 1 naming it, a key variable that is not
+    set or an endpoint that does not answer exit 3 (validate_data.py says the same, with the audit)."""
+    from agentic_rl import llm_judge
+    from agentic_rl.edge import judge_service
+
+    if not llm_judge.present(input_dir):
+        return
+    spec, problems, _ = llm_judge.load(input_dir)
+    if spec is not None:
+        key, problem = llm_judge.api_key(spec)
+        problems = [problem] if problem else []
+    if problems:
+        p = problems[0]
+        raise UserError(f"{input_dir / llm_judge.SPEC_FILE}{':' + p.field if p.field else ''}: {p.message}", p.hint,
+                        EXIT_ENV if p.code == EXIT_ENV else EXIT_FAIL)
+    why = judge_service.reachable(spec, key)
+    if why:
+        raise UserError(f"{input_dir / llm_judge.SPEC_FILE}:base_url: the judge endpoint {spec['base_url']} does not "
+                        f"answer: {why}", "start the judge's server, or fix base_url in judge.json; then "
+                        "validate_data.py audits it", EXIT_ENV)

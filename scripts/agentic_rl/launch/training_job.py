@@ -47,7 +47,7 @@ import time
 from agentic_rl import cli, files, oracle_turns, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs, signals
-from agentic_rl.launch import job_config, oracle_server, rehearsal
+from agentic_rl.launch import job_config, judge_run, oracle_server, rehearsal
 from agentic_rl.launch.job_process import (
     hold_lock,
     in_helper_thread,
@@ -87,6 +87,8 @@ class Run:
         self.gateway = self.controller = self.oracle = self.mcp = None
         self.mcp_tools: dict[str, str] = {}  # tool name -> its MCP server
         self.mcp_token: str | None = None
+        self.judge = None  # an LLM judge's service (judge_run)
+        self.judge_audit: dict | None = None
         self.ray_started = False
         self.stopping = False
         self.service_failure: Failure | None = None
@@ -117,7 +119,7 @@ class Run:
                 self.service_failure = Failure("disk", run_dir.DISK_FILLED)
                 procs.signal_self(signal.SIGUSR1)
                 return
-            for svc in (self.gateway, self.controller, self.mcp):
+            for svc in (self.gateway, self.controller, self.mcp, self.judge):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
                     procs.signal_self(signal.SIGUSR1)
@@ -293,6 +295,8 @@ class Run:
             log(f"CPU training, {self.cpu_steps} steps; changed for the CPU:\n"
                 f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+        self.judge = judge_run.start_service(self.input_dir, self.output_dir, plan.agent_env)
+        auditor = judge_run.AuditThread(self.input_dir, self.args.allow_probe, self.args.oracle, self.judge)
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         if self.mode == "train":
             self.check_placement(cfg, plan)
@@ -300,10 +304,12 @@ class Run:
         cfg.agentlightning.agl_base_url = self.gateway.url
         job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
         cfg.agentlightning.agl_key = self.key
+        self.judge_audit = auditor.result()
+        log(judge_run.summary_line(self.judge_audit))
         services = {"gateway": self.gateway.info(), "controller": self.controller.info(),
-                    **({"mcp": self.mcp.info()} if self.mcp else {})}
-        self.status(status="running", services=services,
-                    controller_tuning=plan.tuning)
+                    **({"mcp": self.mcp.info()} if self.mcp else {}),
+                    **({"judge": judge_run.service_info(self.judge)} if self.judge else {})}
+        self.status(status="running", services=services, controller_tuning=plan.tuning, judge_audit=self.judge_audit)
         log(f"gateway {self.gateway.url} (pid {self.gateway.proc.pid}), controller pid {self.controller.proc.pid} "
             f"({plan.tuning['maximum_size']} agents, poll {plan.tuning['poll_interval']} s)")
         if self.mode == "rehearse":
@@ -327,7 +333,8 @@ class Run:
         log(planned["text"])
         watch = rehearsal.FailureWatch(agl.Client(self.gateway.url, self.key, timeout=10.0), self.output_dir,
                                        planned=planned["rollouts"])
-        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint}
+        extra = {"run_id": self.run_id, "model": plan.model, "endpoint": "oracle" if self.oracle else endpoint,
+                 "judge_audit": self.judge_audit}
         manager = agl.rollout_manager(self.gateway.url, self.key, plan.model, cfg, on_terminal=watch)
         writer = samples.Writer(self.output_dir, self.run_id, len(sample) * int(cfg.actor_rollout_ref.rollout.n),
                                 **self.sample_marks())
@@ -441,6 +448,7 @@ class Run:
             if self.joins_ray:
                 by_node = self.sweep_cluster()
         agl.stop_service(self.gateway, agl.GATEWAY_STOP_S)
+        agl.stop_service(self.judge, judge_run.SERVICE_STOP_S)
         if self.oracle is not None:
             self.oracle.stop()
         agl.stop_service(self.mcp, agl.GATEWAY_STOP_S)
@@ -490,6 +498,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--sample", type=int, default=0, metavar="N", help="rehearse N train rows too (default 0)")
     parser.add_argument("--cpu-steps", type=int, metavar="N", help="train N real steps on CPU (cpu_mode.py)")
     parser.add_argument("--oracle", metavar="FILE", help="the oracle plays these turns per row (JSON Lines, examples.md)")
+    parser.add_argument("--allow-probe", action="append", default=[], metavar="NAME",
+                        help="a judge audit finding the user accepts (recorded in judge_audit)")
     parser.add_argument("--write-filtered", action="store_true",
                         help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
     cli.add_common_flags(parser, json_flag=False)

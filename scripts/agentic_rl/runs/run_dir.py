@@ -3,6 +3,9 @@ training.status record (schema: references/run-folder.md), the launch record, li
 Its siblings read what it names: checkpoints.py (VERL's checkpoints and the resume rule), attempts.py
 (the metrics attempts and a run's scope).
 
+Over 400 lines because the status record's schema (STATUS_FIELDS, each field with its meaning) lives here
+beside the names, as one owner of both; the record's readers live in the siblings.
+
 Everything else asks this module; nothing else spells a file name under O. The status record has
 one writer API, `update_status`, which merges fields atomically and rejects a field that is not in
 STATUS_FIELDS, so a typo cannot add a key that no reader knows.
@@ -48,6 +51,7 @@ LOGS_DIR = "logs"  # gateway.log, controller.log
 REHEARSAL_FILE = "rehearsal.json"
 FILTERED_TRAIN_FILE = "train.filtered.jsonl"  # --write-filtered: train.jsonl without its zero-variance rows
 JUDGE_ERRORS_FILE = "judge_errors.jsonl"
+JUDGE_CACHE_FILE = "judge_cache.jsonl"  # an LLM judge's answers by request (edge/judge_service.py); validate_data's too
 RESOLVED_CONFIG_FILE = "resolved_config.yaml"
 SAMPLES_DIR = "samples"  # rollout samples: samples.py owns their format and rotation
 EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
@@ -92,14 +96,16 @@ STATUS_FIELDS = {
     "verl_defaults_merged": "whether VERL's own defaults were found and merged into the config",
     "cpu": "CPU training (--cpu-steps N): {steps, ranks, model: {path, replaced, parameters, from_parameters}, "
            "changed: [{key, from, to}]}, every config key the CPU run changed; absent on a GPU run",
-    "services": "gateway and controller: pid, url, log",
+    "services": "gateway and controller: pid, url, log; judge: an LLM judge's service (pid, url, model, base_url, log)",
+    "judge_audit": "the judge audit at the job's start: {judge, rows, conclusive, oracle_mean, findings, warnings, "
+                   "allowed, accepted, probes: {name: {mean, status, rows_at_oracle}}, agreement} or {judge, error}",
     "controller_tuning": "agent pool size and poll interval",
     "ray_started_by_run": "whether the run started its own Ray (and so stops it)",
     "ray_address": "the existing Ray cluster the run joined (null: its own Ray on this host)",
     "ray_python": "with ray_address: the Python the job joined it with (a Ray driver must match the cluster's)",
     "exit_code": "the job's exit code",
-    "failed_component": "preflight | config | gateway | controller | agent | model endpoint | rehearsal | trainer | "
-                        "disk | output_dir | job",
+    "failed_component": "preflight | config | gateway | controller | judge | agent | model endpoint | rehearsal | "
+                        "trainer | disk | output_dir | job",
     "rollout_failures": "rehearsal: rollouts planned, failed/succeeded so far (its progress), failures in a row, "
                         "the first failure's reason",
     "reason": "one line: why the run failed or stopped",

@@ -20,6 +20,7 @@ from agentic_rl.edge import procs
 from agentic_rl.runs import (
     attempts,
     checkpoints,
+    judge_view,
     learning_signal,
     liveness,
     metrics_reader,
@@ -153,10 +154,12 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
                if rehearsal else None)
     recent = sample_reader.read(output_dir, recent_only=True)
     signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
+    audit = judge_view.view(st.get("judge_audit") or (rehearsal or {}).get("judge_audit"))
     flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
                                st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
-             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal))
+             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
+             + judge_view.flags(audit))
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -169,7 +172,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["latest"], "checkpoints": ckpts,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
-        "learning_signal": signal,
+        "learning_signal": signal, "judge_audit": audit,
         "progress": run_health.progress(history, st, log, summary), "latest": run_health.latest(history, judge_errors),
         "flags": flags,
         "rollout_failures": st.get("rollout_failures"),

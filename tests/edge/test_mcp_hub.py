@@ -70,6 +70,7 @@ mcp.run("streamable-http" if HTTP else "stdio")
 def hub(tmp_path_factory):
     """One hub for the module: two stdio servers and one over streamable HTTP, started as the job starts
     them (the run's key in the job's environment, where a leak would come from)."""
+    import socket
     import subprocess
     import sys
 
@@ -82,6 +83,12 @@ def hub(tmp_path_factory):
         "calculator": {"command": "mcp-server-calculator"},
         "probe": {"command": "python", "args": ["server.py"], "env": {"GREETING": "hi"}},
         "web": {"url": f"http://127.0.0.1:{port}/mcp"}}}))
+    deadline = time.monotonic() + 60  # the HTTP server imports the SDK first: the hub must find it listening
+    while time.monotonic() < deadline and web.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
     logs = tmp_path_factory.mktemp("logs")
     token = agl.new_key()
     env = {**os.environ, "PYTHONPATH": str(SCRIPTS), mcp_hub.TOKEN_ENV: token,

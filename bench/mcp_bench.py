@@ -28,10 +28,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from agentic_rl import mcp_config, task  # noqa: E402
 from agentic_rl.agents import mcp_client, toolbox  # noqa: E402
 from agentic_rl.edge import agl, mcp_hub  # noqa: E402
+from tool_bench import _median_ms  # noqa: E402
 
 EXAMPLE = ROOT / "assets" / "tool_example"
 ARGS = {"expression": "90 / (1/4)"}
@@ -46,15 +48,6 @@ mcp = FastMCP("same")
 mcp.tool()(tools.calculator)
 mcp.run()
 """
-
-
-def _median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return round(statistics.median(times) * 1000, 3)
 
 
 def make_task(folder: Path) -> Path:

@@ -53,31 +53,24 @@ if [ -f "$out/rehearsal.json" ]; then
   "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("rehearsal: mean reward", r.get("mean_reward"), "failed", r.get("failed"))' "$out/rehearsal.json"
 fi
 
-# The tool-using agent: assets/tool_example (calc_x word problems, a calculator in tools.py), rehearsed
-# with its oracle file so the agent's real tool loop runs through the gateway.
-tool_task="$demo/tool_task"
-tool_out="$demo/tool_outputs"
-cp -r "$root/assets/tool_example" "$tool_task"
-step "tool agent: validate_data.py --oracle (tool schemas, tool-call parsing, the oracle's answers)"
-"$py" "$root/scripts/validate_data.py" "$tool_task" --oracle "$tool_task/oracle.jsonl" || rc=$?
-step "tool agent: start_training.sh --rehearse --oracle (the oracle plays each row's calculator calls)"
-bash "$root/scripts/start_training.sh" --input-dir "$tool_task" --output-dir "$tool_out" --rehearse \
-  --oracle "$tool_task/oracle.jsonl"
-"$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --watch 2 >/dev/null || true
-"$py" "$root/scripts/check_status.py" --output-dir "$tool_out" --samples 1 || rc=$?
+# A tool task copied from assets/NAME, validated and rehearsed with its oracle file, so the agent's real tool
+# loop runs through the gateway: rehearse_tool_task NAME "what it is".
+rehearse_tool_task() {
+  local t="$demo/$1_task" o="$demo/$1_outputs"
+  cp -r "$root/assets/$1" "$t"
+  step "$2: validate_data.py --oracle (tool schemas, tool-call parsing, the oracle's answers)"
+  "$py" "$root/scripts/validate_data.py" "$t" --oracle "$t/oracle.jsonl" || rc=$?
+  step "$2: start_training.sh --rehearse --oracle (the oracle plays each row's calculator calls)"
+  bash "$root/scripts/start_training.sh" --input-dir "$t" --output-dir "$o" --rehearse --oracle "$t/oracle.jsonl"
+  "$py" "$root/scripts/check_status.py" --output-dir "$o" --watch 2 >/dev/null || true
+  "$py" "$root/scripts/check_status.py" --output-dir "$o" --samples 1 || rc=$?
+}
 
+# The tool-using agent: assets/tool_example (calc_x word problems, a calculator in tools.py).
+rehearse_tool_task tool_example "tool agent"
 # MCP tools: assets/mcp_example declares mcp-server-calculator in agent.json's mcp_servers; the run starts
 # it once, behind the hub every rollout's agent calls (edge/mcp_hub.py).
-mcp_task="$demo/mcp_task"
-mcp_out="$demo/mcp_outputs"
-cp -r "$root/assets/mcp_example" "$mcp_task"
-step "MCP tools: validate_data.py --oracle (each server started, its tools listed)"
-"$py" "$root/scripts/validate_data.py" "$mcp_task" --oracle "$mcp_task/oracle.jsonl" || rc=$?
-step "MCP tools: start_training.sh --rehearse --oracle (the calls run on the real mcp-server-calculator)"
-bash "$root/scripts/start_training.sh" --input-dir "$mcp_task" --output-dir "$mcp_out" --rehearse \
-  --oracle "$mcp_task/oracle.jsonl"
-"$py" "$root/scripts/check_status.py" --output-dir "$mcp_out" --watch 2 >/dev/null || true
-"$py" "$root/scripts/check_status.py" --output-dir "$mcp_out" --samples 1 || rc=$?
+rehearse_tool_task mcp_example "MCP tools"
 
 # Last, does training learn here? assets/selftest trained for its own N steps through the real loop
 # (on CPU; on the GPUs step 3 picked where a GPU and verl are), ending with the verdict line.

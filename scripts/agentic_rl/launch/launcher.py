@@ -29,7 +29,7 @@ from pathlib import Path
 from agentic_rl import cli, files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.launch import preflight
-from agentic_rl.runs import run_dir
+from agentic_rl.runs import run_card, run_dir
 
 TRAINER_MODULES = ("verl", "agentlightning", "torch")
 START_WAIT_ENV = "ARL_START_WAIT_S"
@@ -63,7 +63,8 @@ output folder (D/../outputs) holds a run of another task (name the folder with -
 def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="start_training.sh", description=DESCRIPTION, epilog=EPILOG,
                            usage="start_training.sh --input-dir D [--output-dir O] [--config-file F] [--gpus 0,1] "
-                                 "[--resume]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N [--oracle FILE] | --rehearse [--model-endpoint URL | --oracle FILE] "
+                                 "[--resume | --resume-step N]\n                         [--max-hours H] [--max-steps N] "
+                                 "[--stop-on VERDICT,...]\n                         [--ray-address HOST:PORT [--gateway-host ADDR]]\n                         [--cpu-steps N [--oracle FILE] | --rehearse [--model-endpoint URL | --oracle FILE] "
                                  "[--sample N [--write-filtered]]] [-- HYDRA.OVERRIDES ...]")
     p.add_argument("--input-dir", metavar="D", help="the task folder (default: $EVO_INPUT_DIR)")
     p.add_argument("--output-dir", metavar="O", help="run folder (default: $EVO_OUTPUT_DIR, else D/../outputs; an "
@@ -72,7 +73,17 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument("--gpus", metavar="0,1", help="physical GPU indices; default: the N least loaded free ones "
                    "(N = trainer.n_gpus_per_node, as check_gpu.py picks them). Exported as CUDA_VISIBLE_DEVICES.")
     p.add_argument("--resume", action="store_true", help="continue from O/checkpoints (trainer.resume_mode=auto); "
-                   "refused without one")
+                   "refused without one, with a damaged one (the file is named), or when the tracker file hides the "
+                   "global_step_N folders (the steps found are named)")
+    p.add_argument("--resume-step", metavar="N", help="continue from O/checkpoints/global_step_N instead of the latest "
+                   "(trainer.resume_mode=resume_path): the way back past a damaged or diverged checkpoint")
+    p.add_argument("--max-hours", metavar="H", help="a budget: the run saves a checkpoint and stops itself cleanly "
+                   "before H hours from its start (status stopped, reason budget: ...); a rehearsal stops at H")
+    p.add_argument("--max-steps", metavar="N", help="a budget: stop cleanly, with a checkpoint, after N steps of this "
+                   "start (a --resume gets a new budget)")
+    p.add_argument("--stop-on", metavar="VERDICT,...", help="stop cleanly, with a checkpoint, when one of these verdicts "
+                   "of check_status holds: diverged, collapsed, no_signal, stalled (at once, no checkpoint), plateau, "
+                   "suspect_reward_hacking (references/metrics.md, The verdict)")
     p.add_argument("--cpu-steps", metavar="N", help="train N real steps (PPO/GRPO through VERL) on CPU, with a small "
                    "model of the same architecture and batches cut to fit: the check before booking GPUs. Needs the "
                    "trainer's Python (.venv with the GPU stack, else .venv-verl: make verl-venv)")
@@ -105,6 +116,15 @@ def check_args(args) -> None:
         raise UserError(f"--sample {args.sample} is not a number", "write e.g. --sample 16", EXIT_USAGE)
     if args.cpu_steps is not None and not (args.cpu_steps.isdigit() and int(args.cpu_steps) >= 1):
         raise UserError(f"--cpu-steps {args.cpu_steps} is not a number of steps", "write e.g. --cpu-steps 2", EXIT_USAGE)
+    from agentic_rl.launch import budget
+
+    budget.parse_hours(args.max_hours), budget.parse_steps(args.max_steps), budget.parse_stop_on(args.stop_on)
+    if args.rehearse and (args.max_steps or args.stop_on or args.resume_step):
+        raise UserError("--max-steps, --stop-on and --resume-step concern training steps: a rehearsal has none",
+                        "a rehearsal honours --max-hours; drop the others", EXIT_USAGE)
+    if args.resume_step is not None and not (args.resume_step.isascii() and args.resume_step.isdigit()):
+        raise UserError(f"--resume-step {args.resume_step} is not a step number", "write e.g. --resume-step 20",
+                        EXIT_USAGE)
     if args.cpu_steps is not None and (args.rehearse or args.gpus is not None):
         raise UserError("--cpu-steps trains on CPU: it takes neither --gpus nor --rehearse",
                         "drop --gpus/--rehearse, or drop --cpu-steps", EXIT_USAGE)
@@ -168,6 +188,9 @@ def job_command(args, input_dir: Path, output_dir: Path, run_id: str, gpus: list
     if gpus:
         cmd += ["--gpus", ",".join(map(str, gpus))]
     cmd += ["--resume"] * args.resume + ["--rehearse"] * args.rehearse
+    for flag, value in (("--resume-step", args.resume_step), ("--max-hours", args.max_hours),
+                        ("--max-steps", args.max_steps), ("--stop-on", args.stop_on)):
+        cmd += [flag, value] if value is not None else []
     if args.cpu_steps is not None:
         cmd += ["--cpu-steps", args.cpu_steps]
     if args.model_endpoint:
@@ -233,8 +256,9 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     preflight.refuse_live(output_dir)
     preflight.check_other_task(output_dir, input_dir, bool(args.output_dir or os.environ.get("EVO_OUTPUT_DIR")))
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
-    if args.resume:
-        preflight.check_resume(output_dir, cfg, overrides, source)
+    if args.resume or args.resume_step is not None:
+        preflight.check_resume(output_dir, cfg, overrides, source,
+                               int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None
@@ -258,7 +282,8 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     hold_read, hold_write = os.pipe()
     try:
         proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, python, cluster),
-                         job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
+                         {**job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
+                          run_card.COMMAND_ENV: getattr(args, "command_line", "")},
                          log_path, lock_fd, hold_read)
     finally:
         os.close(hold_read)
@@ -354,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     from agentic_rl import bootstrap
 
     bootstrap.ensure(module="agentic_rl.launch.launcher")  # a python3 without the bundle's packages: exit 3, make install
+    typed = shlex.join(["start_training.sh", *(sys.argv[1:] if argv is None else argv)])  # the run card's command
     argv, overrides = cli.split_overrides(argv)
-    return cli.run_cli(lambda args: launch(args, overrides), build_parser(), argv)
+    return cli.run_cli(lambda args: launch(setattr(args, "command_line", typed) or args, overrides), build_parser(), argv)
 
 
 if __name__ == "__main__":

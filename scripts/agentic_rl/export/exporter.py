@@ -58,21 +58,7 @@ def tracker_step(ckpt_dir: Path) -> int | None:
     return step
 
 
-def actor_problems(actor_dir: Path) -> list[str]:
-    """What the merger needs and this folder lacks: fsdp_config.json, every rank's model shard, huggingface/."""
-    problems: list[str] = []
-    try:
-        world = int(files.read_json_file(actor_dir / "fsdp_config.json")["world_size"])
-    except (UserError, KeyError, TypeError, ValueError) as exc:
-        problems.append(f"fsdp_config.json is missing or has no world_size ({getattr(exc, 'message', exc)})")
-        world = 0
-    for rank in range(world):
-        shard = actor_dir / f"model_world_size_{world}_rank_{rank}.pt"
-        if not shard.is_file() or shard.stat().st_size == 0:
-            problems.append(f"{shard.name} is missing or empty")
-    if not (actor_dir / "huggingface" / "config.json").is_file():
-        problems.append("huggingface/config.json is missing")
-    return problems
+actor_problems = checkpoint_files.actor_problems
 
 
 def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
@@ -104,14 +90,12 @@ def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
                         "tracker last)", f"export a finished step: --step {tracked}" if tracked is not None else
                         "no finished checkpoint here: resume the run (start_training.sh --resume) to save one",
                         EXIT_FAIL)
-    damage = checkpoint_files.check(ckpt / f"global_step_{want}", full=True)
-    if damage:  # a file cut short or changed since VERL saved it: named, with the step before it
-        raise checkpoint_files.damaged_error(output_dir, want, damage, full=True)
     actor = ckpt / f"global_step_{want}" / "actor"
-    problems = actor_problems(actor) if actor.is_dir() else ["no actor/ folder"]
-    if problems:
-        raise UserError(f"{actor}: incomplete checkpoint: {'; '.join(problems[:3])}",
-                        "export another step (--step N), or restore the missing files", EXIT_FAIL)
+    # A file cut short or changed since VERL saved it, or one the merger needs missing: named, with the step before.
+    damage = checkpoint_files.check(ckpt / f"global_step_{want}", full=True)
+    damage += [p for p in (actor_problems(actor) if actor.is_dir() else [f"{actor} is missing"]) if p not in damage]
+    if damage:
+        raise checkpoint_files.damaged_error(output_dir, want, damage, full=True)
     return {"step": want, "actor_dir": actor, "tracker": tracked}
 
 

@@ -89,14 +89,25 @@ def _zip_problem(path: Path) -> str | None:
     return None
 
 
-def _shard_problems(actor: Path) -> list[str]:
-    """An FSDP actor's structure: fsdp_config.json names the world size, and every rank has a model shard."""
+def actor_problems(actor: Path, fsdp_only: bool = False) -> list[str]:
+    """What an FSDP actor folder lacks (VERL's merger needs it all): fsdp_config.json with its world size,
+    every rank's model shard, non-empty, and huggingface/config.json. fsdp_only: a folder without
+    fsdp_config.json is another layout (Megatron's), not damage: nothing to say."""
+    problems: list[str] = []
+    if fsdp_only and not (actor / "fsdp_config.json").is_file():
+        return []
     try:
-        world = int(json.loads((actor / "fsdp_config.json").read_text(encoding="utf-8"))["world_size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []  # not an FSDP layout (or no config): the manifest and the archives speak for it
-    shards = [actor / f"model_world_size_{world}_rank_{rank}.pt" for rank in range(world)]
-    return [f"{shard} is missing (fsdp_config.json names {world} ranks)" for shard in shards if not shard.is_file()]
+        world = int(files.read_json_file(actor / "fsdp_config.json")["world_size"])
+    except (UserError, KeyError, TypeError, ValueError) as exc:
+        problems.append(f"{actor / 'fsdp_config.json'} is missing or has no world_size ({getattr(exc, 'message', exc)})")
+        world = 0
+    for rank in range(world):
+        shard = actor / f"model_world_size_{world}_rank_{rank}.pt"
+        if not shard.is_file() or shard.stat().st_size == 0:
+            problems.append(f"{shard} is missing or empty (fsdp_config.json names {world} ranks)")
+    if not (actor / "huggingface" / "config.json").is_file():
+        problems.append(f"{actor / 'huggingface' / 'config.json'} is missing")
+    return problems
 
 
 def check(step_dir: Path, full: bool = False) -> list[str]:
@@ -129,7 +140,8 @@ def check(step_dir: Path, full: bool = False) -> list[str]:
         elif why := _zip_problem(path):
             problems.append(f"{path} is {why}")
     if (step_dir / "actor").is_dir():
-        problems += _shard_problems(step_dir / "actor")
+        problems += [p for p in actor_problems(step_dir / "actor", fsdp_only=True)
+                     if not any(p.startswith(f"{b} ") for b in bad)]
     return problems
 
 

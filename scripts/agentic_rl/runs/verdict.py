@@ -250,6 +250,8 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
         action = {"completed": "export it (export_model.py --best, or the latest)",
                   "stopped": "resume it (start_training.sh --resume) or export it (export_model.py --best)",
                   }.get(status.get("status"), "read the reason and the log tail; fix the cause first")
+        if held:
+            action += f"; but {live} held last: export the best checkpoint, not the latest, and fix that before resuming"
         return {"verdict": "finished", "evidence": evidence, "action": action, "tests": tests}
     step = (held or {}).get("evidence", {}).get("step")
     return {"verdict": live, "evidence": held["evidence"] if held else {},

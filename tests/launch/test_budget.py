@@ -11,10 +11,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from agentic_rl import files
 from agentic_rl.edge import fit_budget
 from agentic_rl.launch import budget, launcher, oracle_server
 from agentic_rl.runs import run_dir
-from agentic_rl import files
 from rehearsal_runs import assert_run_gone, cut_rows, launch, log_text, wait_done
 
 

@@ -10,6 +10,7 @@ nothing of the run left afterwards.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -316,11 +317,39 @@ def test_export_merges_the_last_checkpoint_with_verls_merger(cpu_run):
 
 
 @pytest.mark.slow
-def test_resume_continues_from_step_2(cpu_run):
-    """Last in this module: it adds step 3 to the shared run."""
-    st = cpu_run.run("--resume", "--cpu-steps", "3")
-    assert st["status"] == "completed" and st["resumed_from_step"] == 2, st
+def test_each_save_is_on_record_and_the_run_card_says_what_produced_the_run(cpu_run):
+    """Issue 34.2: the job records every finished save's files (size, sha256); issue 32.5: the run card."""
+    from agentic_rl.runs import checkpoint_files
+
+    for step in (1, 2):
+        folder = cpu_run.out / run_dir.CHECKPOINTS_DIR / f"global_step_{step}"
+        manifest = checkpoint_files.read_manifest(folder)
+        assert manifest and manifest["run_id"] == cpu_run.run_ids[0] and manifest["step"] == step, step
+        assert "actor/model_world_size_1_rank_0.pt" in manifest["files"] and "data.pt" in manifest["files"]
+        assert checkpoint_files.check(folder, full=True) == []
+    card = json.loads((cpu_run.out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["run_id"] == cpu_run.run_ids[0] and card["mode"] == "train"
+    assert set(card["sha256"]) == {"train.jsonl", "test.jsonl", "task.goal", "judge.py", "config.json", "agent.json"}
+    assert card["sha256"]["judge.py"] == hashlib.sha256((cpu_run.task / "judge.py").read_bytes()).hexdigest()
+    assert card["versions"]["torch"] and card["versions"]["verl"] == "0.8.0" and card["versions"]["agentlightning"]
+    assert card["config"]["agentlightning"]["agl_key"] == "***redacted***"
+    assert card["config"]["trainer"]["total_training_steps"] == 2 and card["lineage"] == {"resumed_from": None}
+    assert card["command"].startswith("start_training.sh --input-dir") and "--cpu-steps 2" in card["command"]
+    assert all(k.split(".")[-1].lower().count("seed") for k in card["seeds"])
+
+
+@pytest.mark.slow
+def test_resume_continues_from_step_2_and_a_budget_stops_it_with_a_checkpoint(cpu_run):
+    """Last in this module: it adds step 3 to the shared run, and stops there, a step before its 4, on
+    --max-steps 1: VERL's own fit loop takes step 3 as its last (edge/fit_budget.py) and saves it."""
+    st = cpu_run.run("--resume", "--cpu-steps", "4", "--max-steps", "1")
+    assert st["status"] == "stopped" and st["exit_code"] == 0 and st["resumed_from_step"] == 2, st
+    assert st["reason"] == "budget: --max-steps 1 reached at step 3 (checkpoint global_step_3)"
+    assert st["budget"]["stop_step"] == 3 and st["budget"]["stopped_at_step"] == 3 and st["leftovers"] == []
     assert [h["step"] for h in cpu_run.metrics(2)] == [3]
+    card = json.loads((cpu_run.out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["lineage"]["resumed_from"] == {"run_id": cpu_run.run_ids[0], "step": 2}
+    assert card["lineage"]["task_files_changed"] == [] and "--max-steps 1" in card["command"]
     report = probe({"init": str(cpu_run.model), "steps": {str(s): actor_dir(cpu_run, s) for s in (1, 2, 3)},
                     "compare": [["3", "2"], ["3", "0"], ["2", "0"]]})
     assert report["steps"]["3"]["changed_vs_prev"] == report["steps"]["3"]["tensors"]
@@ -342,7 +371,7 @@ def test_the_key_is_in_no_log(cpu_run):
 
 @pytest.mark.slow
 def test_a_resume_with_nothing_left_is_refused_before_ray_starts(cpu_run):
-    """Last: after the resume, all 3 steps are done; --resume --cpu-steps 3 again would train nothing."""
+    """Last: after the resume, 3 steps are done; --resume --cpu-steps 3 would train nothing."""
     refused = run_script("start_training.sh", "--input-dir", str(cpu_run.task), "--output-dir", str(cpu_run.out),
                          "--resume", "--cpu-steps", "3", env={**cpu_run.env, "ARL_START_WAIT_S": "60"})
     st = run_dir.read_status(cpu_run.out)

@@ -253,6 +253,16 @@ def launch(args, overrides: list[str]) -> int:
 def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> int:
     run_dir.prepare(output_dir)
     lock_fd = preflight.take_lock(output_dir)
+    held = [lock_fd]  # emptied once the job has it
+    try:
+        return launch_locked(args, overrides, input_dir, output_dir, held)
+    finally:
+        if held:
+            os.close(lock_fd)  # a refusal before the hand-over: the lock goes with it (a caller in-process too)
+
+
+def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path, held: list[int]) -> int:
+    lock_fd = held[0]
     preflight.refuse_live(output_dir)
     preflight.check_other_task(output_dir, input_dir, bool(args.output_dir or os.environ.get("EVO_OUTPUT_DIR")))
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
@@ -302,6 +312,7 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
     finally:
         os.close(hold_write)  # EOF: the job reads the record from here on
         os.close(lock_fd)  # the job holds the lock now
+        held.clear()
     if not wait_started(proc, output_dir, float(os.environ.get(START_WAIT_ENV) or 3)):
         tail = "".join(run_dir.log_tail(output_dir).splitlines(keepends=True)[-20:])
         raise UserError(f"the job (pid {proc.pid}) exited with code {proc.returncode} within its first seconds; "

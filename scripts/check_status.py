@@ -41,6 +41,12 @@ A multi-turn rollout shows its counts and every turn between the prompt and the 
               [assistant] calculator({"expression": "90 - 75"})
               [tool] 15
 
+`--json` also carries `verdict` (continue, finished, stop_diverged, stop_collapsed, stop_no_signal,
+stop_stalled, plateau or suspect_reward_hacking, with its evidence and action: data, not the exit code),
+`best_step` (the checkpoint with the highest validation reward, its standard error and rows), damaged
+checkpoints (flag checkpoint_damaged, naming the file), the budget and the run card
+(references/metrics.md, references/run-folder.md).
+
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """

@@ -6,7 +6,8 @@ share its fields and its order of shutdown; what the job does as a process (lock
 thread) lives in job_process.py, its config in job_config.py.
 
 Usage: python -m agentic_rl.launch.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
+               [--resume | --resume-step N] [--cpu-steps N] [--max-hours H] [--max-steps N] [--stop-on VERDICT,...]
+               [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]] [--test-repeats K]]
                [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
@@ -26,13 +27,15 @@ Rollout samples go to O/samples (samples.py): the rehearsal writes them from the
 fetched; in training a thread here follows the gateway's finished rollouts beside run_ppo.
 
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
-reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
+reason) | stopped (SIGTERM/SIGINT; or a budget, reason `budget: ...`/`stop-on: ...`, exit 0: budget.py).
+Every start writes O/run_card.json (runs/run_card.py); in training a thread records each finished save's
+files (runs/checkpoint_files.ManifestWriter). On every exit: controller (SIGTERM, wait: it kills its agents),
 the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID and ARL_OUTPUT_DIR=O
 (a --run-id that a live process of another folder carries is refused at the start); training.pid is
 removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
 or replaced, the run stops and writes nothing more there. On a full disk it gives back the
 launch's reserve to record its end, naming the folder and its free space.
-Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+Exit codes: 0 completed (or stopped by its budget), 1 failed, 3 environment missing, 4 output folder locked,
 143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
 """
 

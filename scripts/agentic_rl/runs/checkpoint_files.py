@@ -45,6 +45,13 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _digest(path: Path) -> str | None:
+    try:
+        return sha256(path)
+    except OSError:
+        return None
+
+
 def step_files(step_dir: Path) -> list[Path]:
     """Every regular file under a global_step_N folder but our manifest, sorted (links are not followed)."""
     found = []
@@ -129,13 +136,18 @@ def check(step_dir: Path, full: bool = False) -> list[str]:
             how = "cut short" if isinstance(size, int) and now < size else "changed"
             problems.append(f"{path} has {now} bytes, {size} when VERL saved it ({how})")
             bad.add(path)
-        elif full and entry.get("sha256") and sha256(path) != entry["sha256"]:
+        elif full and entry.get("sha256") and _digest(path) != entry["sha256"]:
             problems.append(f"{path} does not match the sha256 recorded when VERL saved it (changed on disk)")
             bad.add(path)
     for path in step_files(step_dir):
         if path.suffix != ".pt" or path in bad:
             continue
-        if path.stat().st_size == 0:
+        try:
+            empty = path.stat().st_size == 0
+        except OSError:  # removed while we looked (VERL's max_ckpt_to_keep, or a hand)
+            problems.append(f"{path} is missing")
+            continue
+        if empty:
             problems.append(f"{path} is empty")
         elif why := _zip_problem(path):
             problems.append(f"{path} is {why}")

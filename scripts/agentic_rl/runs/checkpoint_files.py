@@ -151,7 +151,9 @@ def check(step_dir: Path, full: bool = False) -> list[str]:
             problems.append(f"{path} is empty")
         elif why := _zip_problem(path):
             problems.append(f"{path} is {why}")
-    if (step_dir / "actor").is_dir():
+    if not step_files(step_dir):  # VERL made the folder, then wrote nothing: a save that never happened
+        problems.append(f"{step_dir} holds no file")
+    elif (step_dir / "actor").is_dir():
         problems += [p for p in actor_problems(step_dir / "actor", fsdp_only=True)
                      if not any(p.startswith(f"{b} ") for b in bad)]
     return problems

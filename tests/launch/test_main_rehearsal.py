@@ -61,6 +61,12 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
                    "resume_mode: disable"):
         assert forced in resolved, forced
     assert resolved.startswith("# VERL")
+    card = json.loads((out / run_dir.RUN_CARD_FILE).read_text())  # a rehearsal writes its run card too
+    assert card["run_id"] == st["run_id"] and card["mode"] == "rehearse" and card["lineage"] == {"resumed_from": None}
+    assert set(card["sha256"]) == {"train.jsonl", "test.jsonl", "task.goal", "judge.py", "config.json", "agent.json"}
+    assert card["config"]["agentlightning"]["agl_base_url"] == st["services"]["gateway"]["url"]
+    assert card["config"]["agentlightning"]["agl_key"] == "***redacted***" and card["versions"]["python"]
+    assert card["command"] == f"start_training.sh --input-dir {example_task} --output-dir {out} --rehearse"
     assert not (out / run_dir.PID_FILE).exists()
     assert not list(out.rglob(".hydra")) and not (out / "logs" / "outputs").exists()
     assert "arl_agent rollout=" in (out / "logs" / "controller.log").read_text()

@@ -9,11 +9,11 @@ A live run's verdict is the first that holds, in this order (the most urgent fir
 
 | verdict | holds when |
 |---|---|
-| stop_diverged | a loss, grad norm or KL is NaN/inf (flag `nan`); or KL or grad norm exploded: the last 2 values above 10x the median of at least 4 before them |
+| stop_diverged | a loss, grad norm or KL is NaN/inf (flag `nan`); or KL or grad norm exploded: the last 2 values above 10x the median of the 4 to 50 before them |
 | stop_stalled | the watchdog: no step for 5x the median step time (flag-free: `stall`) |
-| stop_collapsed | entropy below 30 % of its early median (flag `entropy_collapse`); response length below 30 % of its early median (6+ points); or one response for most samples (flag `collapse`) |
+| stop_collapsed | entropy below 30 % of its early median (flag `entropy_collapse`); response length below 30 % of the median of its first 5 points (6+ points); or one response for most samples (flag `collapse`) |
 | stop_no_signal | more than half the groups had one reward on each of the last 10 steps (group counts), or reward std 0 for 10 steps |
-| suspect_reward_hacking | train reward rising while validation falls (flag `overfitting`); or train reward rising with `rewarded_truncated`, with response length above 3x its early median, or with tool calls gone to 0 in a tool task |
+| suspect_reward_hacking | train reward rising while validation falls (flag `overfitting`); or train reward rising with `rewarded_truncated`, with response length above 3x the median of its first 5 points, or with tool calls gone to 0 in a tool task |
 | plateau | the last 5 validations beat the best before them by no more than 1.96 standard errors |
 | continue | none of these |
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 
 from agentic_rl.runs import learning_signal
-from agentic_rl.runs.metrics_reader import N_GROUPS, N_ZERO_ADV, series
+from agentic_rl.runs.metrics_reader import N_GROUPS, N_ZERO_ADV, key_union, recent
 from agentic_rl.runs.run_dir import TERMINAL_STATES
 from agentic_rl.runs.validation import Z95
 
@@ -38,9 +38,11 @@ LIVE = ("stop_diverged", "stop_stalled", "stop_collapsed", "stop_no_signal", "su
 VERDICTS = ("continue", "finished", *LIVE)
 # Thresholds (references/metrics.md says why each).
 EXPLODE_FACTOR = 10.0  # KL or grad norm above 10x its earlier median ...
-EXPLODE_BASE = 4  # ... measured over at least 4 earlier points ...
+EXPLODE_BASE = 4  # ... measured over at least 4 earlier points (at most the EXPLODE_WINDOW before) ...
+EXPLODE_WINDOW = 50
 EXPLODE_RUN = 2  # ... on each of the last 2 points (one spike is not a divergence)
-EARLY_MIN = 6  # points a "fell/rose from its early median" test needs (as the entropy flag)
+EARLY_MIN = 6  # points a "fell/rose from its early median" test needs (as the entropy flag) ...
+EARLY_POINTS = 5  # ... the median of its first 5 points
 LENGTH_COLLAPSE = 0.3  # response length below 30 % of its early median
 LENGTH_BLOWUP = 3.0  # response length above 3x its early median
 NO_SIGNAL_STEPS = 10  # zero-variance groups on each of the last 10 steps: persisting, not a bad batch
@@ -68,14 +70,10 @@ ACTIONS = {
 }
 
 
-def _early_median(points: list[tuple[int, float]]) -> float:
-    return statistics.median(v for _, v in points[: max(3, len(points) // 5)])
-
-
 def rising(history: list[dict], name: str = "reward") -> dict | None:
     """The series rose over its last RISING_WINDOW points: least-squares slope > 0 and last > first.
     None when it has fewer than RISING_MIN points (not judged); else {held, first, last, steps}."""
-    pts = series(history, name)[-RISING_WINDOW:]
+    pts = recent(history, name, RISING_WINDOW)
     if len(pts) < RISING_MIN:
         return None
     xs, ys = [s for s, _ in pts], [v for _, v in pts]
@@ -85,10 +83,11 @@ def rising(history: list[dict], name: str = "reward") -> dict | None:
 
 
 def exploded(history: list[dict]) -> tuple[dict | None, bool]:
-    """(evidence or None, whether KL or grad norm had enough points to judge)."""
+    """(evidence or None, whether KL or grad norm had enough points to judge). The baseline is the median
+    of up to EXPLODE_WINDOW points before the last EXPLODE_RUN (read from the end: a long run costs nothing)."""
     enough = False
     for name in ("kl", "grad_norm"):
-        pts = series(history, name)
+        pts = recent(history, name, EXPLODE_WINDOW + EXPLODE_RUN)
         if len(pts) < EXPLODE_BASE + EXPLODE_RUN:
             continue
         enough = True
@@ -102,19 +101,21 @@ def exploded(history: list[dict]) -> tuple[dict | None, bool]:
 
 
 def length_change(history: list[dict], below: float | None = None, above: float | None = None) -> dict | None:
-    pts = series(history, "response_length")
-    if len(pts) < EARLY_MIN:
+    """The latest response length against the median of its first EARLY_POINTS (None under EARLY_MIN points)."""
+    early = recent(history, "response_length", EARLY_MIN, first=True)
+    if len(early) < EARLY_MIN:
         return None
-    early, last = _early_median(pts), pts[-1][1]
-    held = early > 0 and ((below is not None and last < below * early) or (above is not None and last > above * early))
-    return {"held": held, "early_median": early, "last": last, "step": pts[-1][0]}
+    base = statistics.median(v for _, v in early[:EARLY_POINTS])
+    step, last = recent(history, "response_length", 1)[0]
+    held = base > 0 and ((below is not None and last < below * base) or (above is not None and last > above * base))
+    return {"held": held, "early_median": base, "last": last, "step": step}
 
 
 def no_signal_persisting(history: list[dict]) -> dict | None:
     """Each of the last NO_SIGNAL_STEPS steps with group counts had most groups at one reward; without
     counts, the reward std was 0 on each. None when fewer steps logged either (not judged)."""
     shares = []
-    for h in reversed(history):
+    for h in reversed(history) if N_GROUPS in key_union(history) else ():
         groups, zero = h["data"].get(N_GROUPS), h["data"].get(N_ZERO_ADV)
         if isinstance(groups, (int, float)) and groups > 0 and isinstance(zero, (int, float)):
             shares.append((h["step"], zero / groups))
@@ -123,7 +124,7 @@ def no_signal_persisting(history: list[dict]) -> dict | None:
     if len(shares) == NO_SIGNAL_STEPS:
         return {"held": all(v > learning_signal.MOSTLY_ZERO for _, v in shares), "source": "training/n_zero_adv_groups",
                 "steps": [shares[-1][0], shares[0][0]], "shares": [round(v, 3) for _, v in reversed(shares)]}
-    stds = series(history, "reward_std")[-NO_SIGNAL_STEPS:]
+    stds = recent(history, "reward_std", NO_SIGNAL_STEPS)
     if len(stds) == NO_SIGNAL_STEPS:
         return {"held": all(abs(v) < 1e-6 for _, v in stds), "source": "reward std",
                 "steps": [stds[0][0], stds[-1][0]], "values": [v for _, v in stds]}
@@ -186,7 +187,7 @@ def _collapsed(history: list[dict], by_flag: dict) -> dict | None:
     if short is not None and short["held"]:
         return {**short, "message": f"response length fell to {short['last']:.4g} from {short['early_median']:.4g} "
                                     f"(below {LENGTH_COLLAPSE:.0%} of its early median)"}
-    return {"held": False} if short is not None or len(series(history, "entropy")) >= EARLY_MIN else None
+    return {"held": False} if short is not None or len(recent(history, "entropy", EARLY_MIN)) >= EARLY_MIN else None
 
 
 def _hacking(history: list[dict], by_flag: dict, samples: list[dict]) -> dict | None:

@@ -225,13 +225,14 @@ def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd
 
 
 def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bool:
-    """True once the job is running (or still alive at the end, or already completed); False when it died."""
+    """True once the job is running (or still alive at the end, or already completed, or stopped by its
+    budget: exit 0); False when it died."""
     deadline = time.monotonic() + seconds
     while True:
         code = proc.poll()
         st = run_dir.read_status(output_dir) or {}
         if code is not None:
-            return code == 0 and st.get("status") == "completed"
+            return code == 0 and st.get("status") in ("completed", "stopped")
         if st.get("status") == "running" or time.monotonic() >= deadline:
             return True
         time.sleep(0.1)

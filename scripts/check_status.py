@@ -41,6 +41,12 @@ A multi-turn rollout shows its counts and every turn between the prompt and the 
               [assistant] calculator({"expression": "90 - 75"})
               [tool] 15
 
+`--json` also carries `verdict` (continue, finished, stop_diverged, stop_collapsed, stop_no_signal,
+stop_stalled, plateau or suspect_reward_hacking, with its evidence and action: data, not the exit code),
+`best_step` (the checkpoint with the highest validation reward, its standard error and rows), damaged
+checkpoints (flag checkpoint_damaged, naming the file), the budget and the run card
+(references/metrics.md, references/run-folder.md).
+
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
 """
@@ -151,6 +157,25 @@ def render(data: dict) -> str:
     gpu = data["gpu_memory"]
     rows.append({"item": "GPU memory", "value": gpu if isinstance(gpu, str) else f"{gpu['used_bytes'] / 2**30:.1f} GiB"})
     rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
+    best = data.get("best_step")
+    if best:
+        noise = f" +- {best['se']:.2g} SE ({best['se_from']})" if best.get("se") is not None else ""
+        rows.append({"item": "best checkpoint", "value": f"global_step_{best['step']}: val reward "
+                     f"{best['val_reward']:.4g}{noise}, {best['rows'] or '?'} rows; latest checkpointed val "
+                     f"{best['latest_val_reward']:.4g} at step {best['latest']}"
+                     + (" (within noise)" if best.get("within_noise_of_latest") else "")})
+    if data.get("budget"):
+        b = data["budget"]
+        rows.append({"item": "budget", "value": ", ".join(f"{k.replace('_', '-')} {v if not isinstance(v, list) else ','.join(v)}"
+                                                          for k, v in b.items() if k in ("max_hours", "max_steps", "stop_on") and v)})
+    card = data.get("run_card")
+    if card:
+        lineage = (card.get("lineage") or {})
+        resumed = lineage.get("resumed_from")
+        rows.append({"item": "run card", "value": f"{card['path']}: {len(card.get('sha256') or {})} task files hashed"
+                     + (f"; resumed from {resumed.get('run_id')} step {resumed.get('step')}" if resumed else "")
+                     + (f"; task files changed since: {', '.join(lineage['task_files_changed'])}"
+                        if lineage.get("task_files_changed") else "")})
     if data.get("cpu"):
         rows.append({"item": "CPU training", "value": f"{data['cpu']['steps']} steps, {len(data['cpu']['changed'])} "
                      "config keys changed for the CPU (--json: cpu.changed)"})
@@ -170,6 +195,10 @@ def render(data: dict) -> str:
             rows.append({"item": name, "value": f"{m['value']:.4g}" + (f" (trend {m['trend']:+.3g})" if m.get("trend") is not None else "")})
     for f in data["flags"]:
         rows.append({"item": f"FLAG {f['flag']}", "value": f"{f['message']} -- {f['hint']}"})
+    v = data.get("verdict")
+    if v:
+        said = (v["evidence"] or {}).get("message") or ""
+        rows.append({"item": "VERDICT", "value": f"{v['verdict']}{': ' + said if said else ''} -- {v['action']}"})
     if data["stall"].get("stalled"):
         rows.append({"item": "STALLED", "value": f"{data['stall']['message']} (phase: {data['stall']['phase']})"})
     skipped = run_status.skipped_text(data["skipped"])

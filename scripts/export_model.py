@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Step 10: turn a run's checkpoint into a Hugging Face model folder, proved complete; or compare two servers.
 
-Usage: export_model.py --output-dir O [--step N|latest] [--target DIR] [--force] [--json] [--debug]
+Usage: export_model.py --output-dir O [--step N|latest | --best] [--target DIR] [--force] [--json] [--debug]
        export_model.py --output-dir O --compare --model-endpoint BASE_URL --model-endpoint TRAINED_URL
-                       [--input-dir D] [--json]
+                       [--samples-per-row K] [--input-dir D] [--json]
 
-Export: the latest finished checkpoint (VERL's checkpoints/latest_checkpointed_iteration.txt) or
---step N goes through VERL's own merger (`python -m verl.model_merger merge --backend fsdp`, in a
+Export: the latest finished checkpoint (VERL's checkpoints/latest_checkpointed_iteration.txt, the
+default), --step N, or --best (the checkpoint whose validation reward is the highest, check_status's
+best_step; exit 1 when no checkpointed step was validated) goes through VERL's own merger (`python -m verl.model_merger merge --backend fsdp`, in a
 child process with a Python that has verl: $ARL_TRAIN_PYTHON, this one, the bundle's .venv, then
 .venv-verl) into O/export/global_step_N (or --target), and is then proved: complete (config,
-tokenizer, weights, as check_model.py checks) with the base model's parameter count. A step the live
+tokenizer, weights, as check_model.py checks) with the base model's parameter count; the output and the
+target's .arl-export.json record which step and why (`chosen`). A checkpoint file cut short or changed
+since VERL saved it (its manifest) is named, exit 1, with the step before it to export. A step the live
 run is still writing is refused (exit 4), as is an existing target without --force (exit 4). --force
 replaces only a folder an export wrote (its .arl-export.json lists every entry); never the run or task
 folder, a parent of either, or a folder holding anything else (exit 2/4, naming what would be lost). The
@@ -24,16 +27,21 @@ adapter (VERL does not merge them); the output says so and names the base.
     ok        parameters                                22752 parameters, equal to the base model's
     full weights (bfloat16); serve them: vllm serve /tmp/out/export/global_step_3
 
-Compare: one CPU rehearsal per server (the real gateway, controller, agent and judge) over test.jsonl;
-the two mean rewards side by side, with the number of rows. Start both servers under the model name
-the output names (vLLM: --served-model-name).
+Compare: one CPU rehearsal per server (the real gateway, controller, agent and judge) over test.jsonl,
+the same rows and sampling for both, each row played K times (--samples-per-row, default 1). Reported:
+the paired difference trained - base of the row means with a 95 % confidence interval (paired bootstrap
+over rows, seeded, its resamples stated), pass@1 and pass@K of both (unbiased estimator, a reward > 0.5
+solves), the rows that regressed (test.jsonl:LINE, both rewards), and a verdict: better, worse or
+no_detectable_difference at that confidence. Start both servers under the model name the output names
+(vLLM: --served-model-name).
 
-    $ python scripts/export_model.py --output-dir /tmp/out --compare \\
+    $ python scripts/export_model.py --output-dir /tmp/out --compare --samples-per-row 4 \\
           --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1
-    model    endpoint                   rows  mean reward  failed
-    base     http://127.0.0.1:8000/v1   32    0.4375       0
-    trained  http://127.0.0.1:8001/v1   32    0.6875       0
-    trained - base: +0.25
+    model    endpoint                   rows  samples/row  mean reward  pass@1  pass@4  failed
+    base     http://127.0.0.1:8000/v1   32    4            0.4375       0.4375  0.625   0
+    trained  http://127.0.0.1:8001/v1   32    4            0.6875       0.6875  0.8125  0
+    trained - base: +0.25, 95% CI [+0.094, +0.406] (paired bootstrap over 32 rows, 2000 resamples, seed 0): better
+    regressed (2 rows): test.jsonl:7 base 1 trained 0.25; test.jsonl:19 base 0.75 trained 0.5
 """
 
 import sys
@@ -60,20 +68,33 @@ def step_arg(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def samples_arg(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(
         prog="export_model.py", description=__doc__.split("\n\n")[0],
         epilog="example:\n  python scripts/export_model.py --output-dir /tmp/out\n"
                "  python scripts/export_model.py --output-dir /tmp/out --step 20 --target /srv/models/mine --force")
     parser.add_argument("--output-dir", help="the run folder (default: $EVO_OUTPUT_DIR, else $EVO_INPUT_DIR/../outputs)")
-    parser.add_argument("--step", type=step_arg, default=None, metavar="N|latest",
-                        help="the checkpoint step (default: latest, from VERL's tracker file)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--step", type=step_arg, default=None, metavar="N|latest",
+                       help="the checkpoint step (default: latest, from VERL's tracker file)")
+    which.add_argument("--best", action="store_true",
+                       help="the checkpoint with the highest validation reward (check_status's best_step)")
     parser.add_argument("--target", metavar="DIR", help="where the model folder goes (default: O/export/global_step_N)")
     parser.add_argument("--force", action="store_true", help="replace an existing target that an earlier export wrote (nothing else)")
     parser.add_argument("--compare", action="store_true",
                         help="score two servers on test.jsonl instead of exporting (with two --model-endpoint)")
     parser.add_argument("--model-endpoint", action="append", default=[], metavar="URL",
                         help="an OpenAI-compatible /v1 URL: the base model's first, then the trained one's")
+    parser.add_argument("--samples-per-row", type=samples_arg, default=1, metavar="K",
+                        help="with --compare: play each test row K times on both servers (pass@K; default 1)")
     parser.add_argument("--input-dir", help="the task folder for --compare (default: the run's, else $EVO_INPUT_DIR)")
     cli.add_common_flags(parser)
     return parser
@@ -82,6 +103,8 @@ def build_parser() -> cli.ArgumentParser:
 def render_export(checks: list, data: dict) -> None:
     print(f"exported global_step_{data['step']} of {Path(data['checkpoint']).parents[2]} -> {data['target']}"
           if cli.checks_ok(checks) else f"merged global_step_{data['step']}, but the result failed its checks")
+    chosen = data.get("chosen") or {}
+    print(f"chosen: {chosen.get('by')}: {chosen.get('why')}")
     print(cli.render_checks(checks))
     base = data["base_model"]
     if data.get("kind") == "lora_adapter":
@@ -93,10 +116,22 @@ def render_export(checks: list, data: dict) -> None:
 
 
 def render_compare(result: dict) -> None:
-    rows = [{"model": role, "endpoint": r["endpoint"], "rows": r["rows"], "mean reward": r["mean_reward"],
-             "failed": r["failed"]} for role, r in result["results"].items()]
+    k = result["samples_per_row"]
+    rows = [{"model": role, "endpoint": r["endpoint"], "rows": r["rows"], "samples/row": k,
+             "mean reward": r["mean_reward"], "pass@1": (r.get("pass_at") or {}).get("1"),
+             f"pass@{k}": (r.get("pass_at") or {}).get(str(k)), "failed": r["failed"]}
+            for role, r in result["results"].items()]
     print(cli.render_table(rows))
-    if result["delta"] is not None:
+    p = result.get("paired")
+    if p:
+        print(f"trained - base: {p['mean_difference']:+.4g}, 95% CI [{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}] "
+              f"(paired bootstrap over {p['rows']} rows, {p['resamples']} resamples, seed {p['seed']}): {p['verdict']}")
+        shown = p["regressed"][:10]
+        if shown:
+            print(f"regressed ({p['regressed_rows']} rows): " + "; ".join(
+                f"{r['where']} base {r['base']:.4g} trained {r['trained']:.4g}" for r in shown)
+                + (" ..." if p["regressed_rows"] > len(shown) else ""))
+    elif result["delta"] is not None:
         print(f"trained - base: {result['delta']:+g}")
 
 
@@ -105,21 +140,23 @@ def body(args) -> int:
     if args.compare:
         from agentic_rl.export import compare
 
-        if args.step is not None or args.target or args.force:
-            raise UserError("--compare scores servers; --step, --target and --force belong to the export",
+        if args.step is not None or args.best or args.target or args.force:
+            raise UserError("--compare scores servers; --step, --best, --target and --force belong to the export",
                             "run the export and the comparison as two commands", EXIT_USAGE)
         input_dir = args.input_dir or (run_dir.read_status(output_dir) or {}).get("input_dir")
-        result = compare.compare(output_dir, task.resolve_input_dir(input_dir), args.model_endpoint)
+        result = compare.compare(output_dir, task.resolve_input_dir(input_dir), args.model_endpoint,
+                                 args.samples_per_row)
         err = None if result["ok"] else UserError(
             "some rollouts failed or no row was scored: the means are not comparable",
             f"see training.log under {output_dir / compare.COMPARE_DIR}", EXIT_FAIL)
         if not args.json:
             render_compare(result)
         return cli.emit(args.json, data=result, error=err)
-    if args.model_endpoint or args.input_dir:
-        raise UserError("--model-endpoint and --input-dir work only with --compare", "add --compare", EXIT_USAGE)
+    if args.model_endpoint or args.input_dir or args.samples_per_row != 1:
+        raise UserError("--model-endpoint, --samples-per-row and --input-dir work only with --compare", "add --compare",
+                        EXIT_USAGE)
     target = Path(args.target).expanduser() if args.target else None
-    checks, data = exporter.export(output_dir, args.step, target, args.force)
+    checks, data = exporter.export(output_dir, args.step, target, args.force, args.best)
     if data.get("left_at"):
         checks = [replace(c, hint=f"{c.hint}; the merged folder is left at {data['left_at']} (the next "
                                                    "export removes it)")

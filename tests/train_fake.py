@@ -12,8 +12,8 @@ From `AgentLightningRayPPOTrainer.init_workers` on, this module stands in:
 - init_workers builds no placement group and no GPU worker; it gives the trainer an actor worker
   group whose save_checkpoint writes VERL's FSDP checkpoint layout (model/optim/extra_state
   `*_world_size_1_rank_0.pt`, fsdp_config.json, huggingface/ with config and tokenizer).
-- fit follows AgentLightningRayPPOTrainer.fit (VERL 0.8.0 / Agent Lightning 1.0.2) with the GPU
-  work taken out: VERL's own Tracking logger (its FileLogger writes the metrics lines), VERL's own
+- fit follows AgentLightningRayPPOTrainer.fit (VERL 0.8.0 / Agent Lightning 1.0.2), calling _train_step as
+  it does (a run budget wraps that: edge/fit_budget.py), with the GPU work taken out of _train_step: VERL's own Tracking logger (its FileLogger writes the metrics lines), VERL's own
   _load_checkpoint (resume_mode=auto reads the tracker and restores the dataloader) and
   _save_checkpoint (global_step_N/data.pt, then latest_checkpointed_iteration.txt) at save_freq and
   the last step, validation metrics before training and at test_freq, one real batch per step
@@ -90,10 +90,8 @@ def _fake_metrics(step: int, step_s: float) -> dict:
 
 def fake_fit(self) -> None:
     from omegaconf import OmegaConf
-    from verl import DataProto
     from verl.utils.tracking import Tracking
 
-    step_s = float(os.environ.get(STEP_ENV, "0.2"))
     cfg = self.config
     logger = Tracking(project_name=cfg.trainer.project_name, experiment_name=cfg.trainer.experiment_name,
                       default_backend=cfg.trainer.logger, config=OmegaConf.to_container(cfg, resolve=True))
@@ -120,15 +118,12 @@ def fake_fit(self) -> None:
     while True:
         if self.global_steps > self.total_training_steps or self.epoch > cfg.trainer.total_epochs:
             return
-        batch = DataProto.from_single_dict(self._next_train_batch_dict())
-        gen_batch = self._get_gen_batch(batch)
+        metrics, gen_batch = self._train_step({}, False)  # the real fit calls it so (a budget wraps it)
         if record["gen_batch"] is None:
             non_tensor = gen_batch.non_tensor_batch
             record["gen_batch"] = {"len": len(gen_batch), "keys": sorted(non_tensor),
                                    "arl_row": [str(v) for v in non_tensor.get("arl_row", [])],
                                    "index": [int(v) for v in non_tensor.get("index", [])]}
-        time.sleep(step_s)  # the rollout and the update happen here on a GPU
-        metrics = _fake_metrics(self.global_steps, step_s)
         is_last_step = self.global_steps >= self.total_training_steps
         if cfg.trainer.test_freq > 0 and (is_last_step or self.global_steps % cfg.trainer.test_freq == 0):
             metrics.update({"val/reward": 0.1 * self.global_steps, "val/n_rollouts": len(self.val_dataset)})
@@ -142,6 +137,17 @@ def fake_fit(self) -> None:
         self.global_steps += 1
 
 
+def fake_train_step(self, timing_raw: dict, curr_step_profile: bool):
+    """One step as AgentLightningRayPPOTrainer._train_step returns it, (metrics, batch), with the GPU work
+    (rollout, update) replaced by a sleep: one real batch through DataProto and _get_gen_batch."""
+    from verl import DataProto
+
+    step_s = float(os.environ.get(STEP_ENV, "0.2"))
+    gen_batch = self._get_gen_batch(DataProto.from_single_dict(self._next_train_batch_dict()))
+    time.sleep(step_s)  # the rollout and the update happen here on a GPU
+    return _fake_metrics(self.global_steps, step_s), gen_batch
+
+
 def install() -> None:
     """The worker_process_setup_hook: Agent Lightning's own hook first (run_ppo sets it only with
     setdefault), then the fakes, then this worker's environment on record."""
@@ -152,4 +158,5 @@ def install() -> None:
 
     AgentLightningRayPPOTrainer.init_workers = fake_init_workers
     AgentLightningRayPPOTrainer.fit = fake_fit
+    AgentLightningRayPPOTrainer._train_step = fake_train_step
     _record(f"worker-{os.getpid()}.json", {"pid": os.getpid(), "env": {k: os.environ.get(k) for k in WATCHED_ENV}})

@@ -38,7 +38,7 @@ AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.untrusted", "agenti
 TESTS = ROOT / "tests"
 
 # The outside worlds and the one edge module that may reach each.
-OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": ("agl", "stand_ins"), "hydra": "verl_config",
+OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": ("agl", "stand_ins", "fit_budget"), "hydra": "verl_config",
            "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge", "stand_ins", "rollout_server"),
            "ray": ("ray_cluster", "verl_config", "rollout_server"), "mcp": "mcp_hub"}
 SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs (psutil) and edge/reaper (stdlib) send signals

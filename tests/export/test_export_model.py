@@ -108,14 +108,26 @@ def test_export_merges_with_verl_and_the_tensors_are_the_saved_ones(run_copy, fu
     result = probe("check", str(target), str(full_run / "ref.safetensors"))
     assert result["compared"] > 20 and result["mismatched"] == [] and result["extra"] == []
 
+    assert data["chosen"]["by"] == "latest" and files.read_json_file(target / exporter.EXPORT_MARKER)["chosen"]["by"] == "latest"
+
     again = run_export("--output-dir", str(run_copy))  # the target exists now
     assert again.returncode == 4 and "already exists" in again.stderr and "--force" in again.stderr
     stamp = target / "config.json"
     before = stamp.stat().st_mtime_ns
-    forced = run_export("--output-dir", str(run_copy), "--force", "--target", str(target))
+    # --best: step 1 (the same weights, copied) validated better than step 3, the latest
+    shutil.copytree(run_copy / "checkpoints" / "global_step_3", run_copy / "checkpoints" / "global_step_1")
+    (run_copy / "metrics").mkdir()
+    (run_copy / "metrics" / "attempt-0001.jsonl").write_text(
+        '{"step": 1, "data": {"val/reward": 0.9, "val/n_rollouts": 100}}\n'
+        '{"step": 2, "data": {"val/reward": 0.95}}\n{"step": 3, "data": {"val/reward": 0.4, "val/n_rollouts": 100}}\n')
+    forced = run_export("--output-dir", str(run_copy), "--force", "--target", str(target), "--best")
     assert forced.returncode == 0, forced.stderr
     assert "full weights (bfloat16)" in forced.stdout and f"vllm serve {target}" in forced.stdout
+    assert "exported global_step_1" in forced.stdout and "chosen: best: the highest validation reward (0.9" in forced.stdout
     assert stamp.stat().st_mtime_ns != before and not list(target.parent.glob("*.old-*"))
+    chosen = files.read_json_file(target / exporter.EXPORT_MARKER)["chosen"]
+    assert chosen["by"] == "best" and chosen["step"] == 1 and chosen["val_reward"] == 0.9 and chosen["rows"] == 100
+    assert chosen["se"] == 0.03 and chosen["candidates"] == 2  # step 2 has no checkpoint: not a candidate
 
 
 @needs_verl
@@ -249,8 +261,66 @@ def test_a_partial_step_folder_names_what_is_missing(tmp_path, capsys):
     fake_checkpoint(out, 3, 3, complete=False)
     assert export_model.main(["--output-dir", str(out), "--json"]) == 1
     env = json.loads(capsys.readouterr().out)
-    assert "incomplete checkpoint" in env["error"]["message"]
+    assert "checkpoint global_step_3 is damaged" in env["error"]["message"]
     assert "model_world_size_2_rank_1.pt is missing" in env["error"]["message"]
+
+
+def zip_checkpoint(out: Path, step: int) -> Path:
+    """global_step_N as VERL's FSDP save leaves it, its .pt files zip archives as torch.save writes them,
+    and its manifest as the job records it once the tracker names the step."""
+    import zipfile
+
+    from agentic_rl.runs import checkpoint_files
+
+    actor = fake_checkpoint(out, step, step)
+    for rank in range(2):
+        with zipfile.ZipFile(actor / f"model_world_size_2_rank_{rank}.pt", "w") as archive:
+            archive.writestr("archive/data.pkl", os.urandom(4096))
+    with zipfile.ZipFile(actor.parent / "data.pt", "w") as archive:
+        archive.writestr("archive/data.pkl", b"dataloader state")
+    checkpoint_files.write_manifest(actor.parent, step, "run-x")
+    return actor
+
+
+def test_a_damaged_checkpoint_file_is_named_with_the_step_before_it(tmp_path, capsys):
+    """Issue 34.2: a shard cut short (or changed in place) is named by export, check_status and --resume."""
+    out = tmp_path / "out"
+    zip_checkpoint(out, 2)
+    shard = zip_checkpoint(out, 3) / "model_world_size_2_rank_1.pt"
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "pid": 999999999, "run_id": "run-x",
+                                                        "input_dir": str(tmp_path / "task")})
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:1000])  # cut short
+    assert export_model.main(["--output-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"Error: checkpoint global_step_3 is damaged: {shard} has 1000 bytes, {len(whole)} when VERL saved it " \
+           "(cut short)" in err
+    assert "--resume-step 2" in err and f"--input-dir {tmp_path / 'task'}" in err and "export_model.py" in err
+    assert "--step 2" in err and "Traceback" not in err
+    data = json.loads(run_script("check_status.py", "--output-dir", str(out), "--json").stdout)["data"]
+    assert data["checkpoint"] == 2 and data["checkpoints"]["latest"] == 3 and list(data["checkpoints"]["damaged"]) == ["3"]
+    flag = next(f for f in data["flags"] if f["flag"] == "checkpoint_damaged")
+    assert str(shard) in flag["message"] and "--resume-step 2" in flag["hint"]
+    shard.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))  # the same size, one bit changed: only the hash sees it
+    assert export_model.main(["--output-dir", str(out), "--step", "3"]) == 1
+    assert f"{shard} does not match the sha256 recorded when VERL saved it" in capsys.readouterr().err
+    (out / "checkpoints" / "global_step_3" / run_dir.CHECKPOINT_MANIFEST).unlink()
+    shard.write_bytes(whole[:1000])  # without a manifest: the archive's missing directory still shows it
+    assert export_model.main(["--output-dir", str(out)]) == 1
+    assert f"{shard} is not a readable archive (cut short?)" in capsys.readouterr().err
+
+
+def test_best_without_a_validated_checkpoint_is_exit_1_with_the_hint(tmp_path, capsys):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 3, 3)
+    (out / "metrics").mkdir()
+    (out / "metrics" / "attempt-0001.jsonl").write_text('{"step": 0, "data": {"val/reward": 0.2}}\n'
+                                                          '{"step": 3, "data": {"training/reward": 0.5}}\n')
+    assert export_model.main(["--output-dir", str(out), "--best"]) == 1
+    err = capsys.readouterr().err
+    assert "Error: --best: no validation reward at a checkpointed step" in err and "1 validations" in err
+    assert "Hint: export the latest (leave out --best) or --step N" in err and "trainer.test_freq" in err
+    assert export_model.main(["--output-dir", str(out), "--best", "--step", "3"]) == 2
 
 
 def test_a_garbled_tracker_names_the_file(tmp_path, capsys):
@@ -380,32 +450,66 @@ def test_usage_errors_are_exit_2(tmp_path):
 # --------------------------------------------------------------------------- --compare
 
 
-def test_compare_scores_two_servers_through_the_rehearsal(example_task, tmp_path):
-    """Two OpenAI-compatible stand-ins for vLLM (no model can be served here): one answers every test
-    row with its ground truth, the other answers nothing. Each goes through a real rehearsal."""
-    lines = (example_task / "test.jsonl").read_text().splitlines()[:3]
-    (example_task / "test.jsonl").write_text("\n".join(lines) + "\n")
+class Alternating(oracle_server.OracleServer):
+    """A model server with known behaviour: right on `right` prompts, wrong elsewhere, and on `coin` prompts
+    right on every second call of that prompt (so K = 2 samples of such a row hold one right answer)."""
+
+    def __init__(self, answers: dict, right: set[str], coin: set[str] = frozenset()):
+        super().__init__(answers)
+        self.right, self.coin, self.seen = right, coin, {}
+
+    def text_for(self, prompt: str):
+        self.seen[prompt] = self.seen.get(prompt, 0) + 1
+        if prompt in self.right or (prompt in self.coin and self.seen[prompt] % 2 == 0):
+            return self.answers.get(prompt)
+        return "no idea"
+
+
+def test_compare_pairs_two_servers_row_by_row_through_the_rehearsal(example_task, tmp_path, capsys):
+    """Two OpenAI-compatible stand-ins for vLLM with known answers, each through a real rehearsal (gateway,
+    controller, agent, judge) playing every test row twice. base: right on rows 1-2. trained: right on row 1,
+    wrong on row 2 (a regression), right on one of the two samples of rows 3-4."""
+    lines = (example_task / "test.jsonl").read_text().splitlines()[:4]
+    (example_task / "test.jsonl").write_text("\n".join(lines[:2]) + "\n\n" + "\n".join(lines[2:]) + "\n")  # a blank line
     rows = [json.loads(line) for line in lines]
     template = (example_task / "task.goal").read_text()
-    good = oracle_server.OracleServer(oracle_server.oracle_answers(rows, template)).start()
-    bad = oracle_server.OracleServer({}).start()
+    answers = oracle_server.oracle_answers(rows, template)
+    prompt = [next(p for p in answers if answers[p] == str(r["ground_truth"]) and row_id_in(p, r)) for r in rows]
+    base = Alternating(answers, {prompt[0], prompt[1]}).start()
+    trained = Alternating(answers, {prompt[0]}, {prompt[2], prompt[3]}).start()
     out = tmp_path / "out"
     out.mkdir()
     try:
         proc = run_export("--output-dir", str(out), "--compare", "--input-dir", str(example_task), "--json",
-                          "--model-endpoint", bad.url, "--model-endpoint", good.url)
+                          "--samples-per-row", "2", "--model-endpoint", base.url, "--model-endpoint", trained.url)
     finally:
-        good.stop()
-        bad.stop()
+        base.stop()
+        trained.stop()
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = envelope(proc)["data"]
-    base, trained = data["results"]["base"], data["results"]["trained"]
-    assert base["rows"] == trained["rows"] == 3 and base["failed"] == trained["failed"] == 0
-    assert base["mean_reward"] == 0.0 and trained["mean_reward"] == 1.0 and data["delta"] == 1.0
-    assert (out / "compare" / "trained" / "rehearsal.json").is_file()
+    b, t = data["results"]["base"], data["results"]["trained"]
+    assert b["rows"] == t["rows"] == 4 and b["rollouts"] == t["rollouts"] == 8 and b["failed"] == t["failed"] == 0
+    assert b["mean_reward"] == 0.5 and t["mean_reward"] == 0.5 and data["delta"] == 0.0
+    assert b["pass_at"] == {"1": 0.5, "2": 0.5} and t["pass_at"] == {"1": 0.5, "2": 0.75}
+    p = data["paired"]
+    assert p["rows"] == 4 and p["mean_difference"] == 0.0 and p["resamples"] == 2000 and p["seed"] == 0
+    assert p["ci95"][0] < 0 < p["ci95"][1] and p["verdict"] == "no_detectable_difference"
+    assert p["regressed"] == [{"row": 1, "where": "test.jsonl:2", "base": 1.0, "trained": 0.0}]
+    assert data["samples_per_row"] == 2 and not (set(data["results"]["base"]) & {"per_row"})
+    shown = run_export("--output-dir", str(out), "--compare", "--input-dir", str(example_task), "--samples-per-row",
+                       "0", "--model-endpoint", "http://127.0.0.1:1/v1", "--model-endpoint", "http://127.0.0.1:1/v1")
+    assert shown.returncode == 2 and shown.stderr.startswith("Error: ") and "\nHint: " in shown.stderr, shown.stderr
+    export_model.render_compare(data)  # the table shows the same result
+    table = capsys.readouterr().out
+    assert "pass@2" in table and "trained - base: +0, 95% CI [" in table and "no_detectable_difference" in table
+    assert "2000 resamples, seed 0" in table and "regressed (1 rows): test.jsonl:2 base 1 trained 0" in table
     for role in ("base", "trained"):
         run_id = run_dir.read_status(out / "compare" / role)["run_id"]
         assert procs.find_run_processes(run_id) == []
+
+
+def row_id_in(prompt: str, row: dict) -> bool:
+    return str(row["question"]) in prompt
 
 
 def test_compare_refuses_an_unreachable_endpoint_with_exit_3(example_task, tmp_path, capsys):

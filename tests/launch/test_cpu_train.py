@@ -13,6 +13,7 @@ afterwards.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -371,15 +372,39 @@ def test_export_merges_the_last_checkpoint_with_verls_merger(cpu_run):
 
 
 @pytest.mark.slow
-def test_resume_continues_from_the_last_step(cpu_run):
-    """Last in this module but one: it adds step N+1 to the shared run, scored by an LLM judge (judge.json,
-    issue 31): a real endpoint on 127.0.0.1 grading the share of digits, reached through the run's judge
-    service."""
+def test_each_save_is_on_record_and_the_run_card_says_what_produced_the_run(cpu_run):
+    """Issue 34.2: the job records every finished save's files (size, sha256); issue 32.5: the run card."""
+    from agentic_rl.runs import checkpoint_files
+
+    folder = cpu_run.out / run_dir.CHECKPOINTS_DIR / f"global_step_{N}"
+    manifest = checkpoint_files.read_manifest(folder)
+    assert manifest and manifest["run_id"] == cpu_run.run_ids[0] and manifest["step"] == N
+    assert "actor/model_world_size_1_rank_0.pt" in manifest["files"] and "data.pt" in manifest["files"]
+    assert checkpoint_files.check(folder, full=True) == []
+    card = json.loads((cpu_run.out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["run_id"] == cpu_run.run_ids[0] and card["mode"] == "train"
+    assert set(card["sha256"]) == {"train.jsonl", "test.jsonl", "task.goal", "judge.py", "config.json", "agent.json"}
+    assert card["sha256"]["judge.py"] == hashlib.sha256((cpu_run.task / "judge.py").read_bytes()).hexdigest()
+    assert card["versions"]["torch"] and card["versions"]["verl"] == "0.8.0" and card["versions"]["agentlightning"]
+    assert card["config"]["agentlightning"]["agl_key"] == "***redacted***"
+    assert card["config"]["trainer"]["total_training_steps"] == N and card["lineage"] == {"resumed_from": None}
+    assert card["command"].startswith("start_training.sh --input-dir") and f"--cpu-steps {N}" in card["command"]
+    assert all(k.split(".")[-1].lower().count("seed") for k in card["seeds"])
+
+
+@pytest.mark.slow
+def test_resume_continues_scored_by_an_llm_judge_and_a_budget_stops_it_with_a_checkpoint(cpu_run):
+    """Last in this module but one: it adds step N+1 to the shared run and stops there, a step before its
+    N+2, on --max-steps 1 (VERL's own fit loop takes step N+1 as its last, edge/fit_budget.py, and saves
+    it), scored by an LLM judge (judge.json, issue 31): a real endpoint on 127.0.0.1 grading the share of
+    digits, reached through the run's judge service."""
     from judge_server import llm_judge_task
 
     with llm_judge_task(cpu_run.task, cpu_run.env) as (srv, key):
-        st = cpu_run.run("--resume", "--cpu-steps", str(N + 1))
-    assert st["status"] == "completed" and st["resumed_from_step"] == N, st
+        st = cpu_run.run("--resume", "--cpu-steps", str(N + 2), "--max-steps", "1")
+    assert st["status"] == "stopped" and st["exit_code"] == 0 and st["resumed_from_step"] == N, st
+    assert st["reason"] == f"budget: --max-steps 1 reached at step {N + 1} (checkpoint global_step_{N + 1})"
+    assert st["budget"]["stop_step"] == N + 1 and st["budget"]["stopped_at_step"] == N + 1 and st["leftovers"] == []
     assert st["services"]["judge"]["model"] == "judge" and st["judge_audit"]["judge"] == "judge.json"
     assert srv.auth == {f"Bearer {key}"} and srv.max_in_flight <= 8 and srv.requests
     samples = cpu_run.script("check_status.py", "--output-dir", str(cpu_run.out), "--samples", "8", "--json")
@@ -391,6 +416,9 @@ def test_resume_continues_from_the_last_step(cpu_run):
     assert last and (cpu_run.out / run_dir.JUDGE_CACHE_FILE).is_file()
     assert not [p for p in cpu_run.out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     assert [h["step"] for h in cpu_run.metrics(2)] == [N + 1]
+    card = json.loads((cpu_run.out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["lineage"]["resumed_from"] == {"run_id": cpu_run.run_ids[0], "step": N}
+    assert card["lineage"]["task_files_changed"] == ["judge.json"] and "--max-steps 1" in card["command"]
     steps = (N, N + 1)
     report = probe({"init": str(cpu_run.model), "steps": {str(s): actor_dir(cpu_run, s) for s in steps},
                     "compare": [[str(N + 1), str(N)], [str(N + 1), "0"], [str(N), "0"]]})
@@ -414,7 +442,7 @@ def test_the_key_is_in_no_log(cpu_run):
 
 @pytest.mark.slow
 def test_a_resume_with_nothing_left_is_refused_before_ray_starts(cpu_run):
-    """Last: after the resume, all N+1 steps are done; --resume --cpu-steps N+1 again would train nothing."""
+    """Last: after the resume, N+1 steps are done; --resume --cpu-steps N+1 would train nothing."""
     refused = run_script("start_training.sh", "--input-dir", str(cpu_run.task), "--output-dir", str(cpu_run.out),
                          "--resume", "--cpu-steps", str(N + 1), env={**cpu_run.env, "ARL_START_WAIT_S": "60"})
     st = run_dir.read_status(cpu_run.out)

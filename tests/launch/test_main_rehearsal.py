@@ -24,7 +24,7 @@ from agentic_rl.agents import kit
 from agentic_rl.edge import agl
 from agentic_rl.launch import job_config, oracle_server, rehearsal
 from agentic_rl.launch import training_job as main_py
-from agentic_rl.runs import attempts, checkpoints, failures, run_dir
+from agentic_rl.runs import attempts, checkpoint_files, checkpoints, failures, run_card, run_dir
 from conftest import SCRIPTS, run_module, run_script
 from defect_cases import JUDGE_HEAD, RUN_CASES
 from rehearsal_runs import assert_run_gone, cut_rows, launch, log_text, wait_done, wait_for
@@ -61,6 +61,12 @@ def test_rehearsal_of_the_example_completes_with_the_oracle(example_task, tmp_pa
                    "resume_mode: disable"):
         assert forced in resolved, forced
     assert resolved.startswith("# VERL")
+    card = json.loads((out / run_dir.RUN_CARD_FILE).read_text())  # a rehearsal writes its run card too
+    assert card["run_id"] == st["run_id"] and card["mode"] == "rehearse" and card["lineage"] == {"resumed_from": None}
+    assert set(card["sha256"]) == {"train.jsonl", "test.jsonl", "task.goal", "judge.py", "config.json", "agent.json"}
+    assert card["config"]["agentlightning"]["agl_base_url"] == st["services"]["gateway"]["url"]
+    assert card["config"]["agentlightning"]["agl_key"] == "***redacted***" and card["versions"]["python"]
+    assert card["command"] == f"start_training.sh --input-dir {example_task} --output-dir {out} --rehearse"
     assert not (out / run_dir.PID_FILE).exists()
     assert not list(out.rglob(".hydra")) and not (out / "logs" / "outputs").exists()
     assert "arl_agent rollout=" in (out / "logs" / "controller.log").read_text()
@@ -249,10 +255,16 @@ def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, 
     make_checkpoint(out, 3)
     (out / "metrics").mkdir()
     (out / "metrics" / "attempt-0001.jsonl").write_text('{"step": 3, "data": {"training/reward": 0.5}}\n')
+    before = {**run_card.task_hashes(example_task), "judge.py": "0" * 64}  # judge.py changed since that run
+    checkpoint_files.write_manifest(out / "checkpoints" / "global_step_3", 3, "run-old", before)
     launch(example_task, out, "--rehearse", "--resume")
     st = wait_done(out)
     assert st["status"] == "completed", log_text(out)[-3000:]
     assert st["resumed_from_step"] == 3 and st["attempt"] == 2
+    assert "Warning: resuming global_step_3 of run run-old, but these task files changed since: judge.py" in log_text(out)
+    lineage = json.loads((out / run_dir.RUN_CARD_FILE).read_text())["lineage"]
+    assert lineage["resumed_from"] == {"run_id": "run-old", "step": 3} and lineage["task_files_changed"] == ["judge.py"]
+    assert lineage["previous_sha256"] == before and lineage["compared_with"] == "checkpoint manifest"
     assert "resume_mode: auto" in (out / "resolved_config.yaml").read_text()
     assert (out / "metrics.jsonl").resolve().name == "attempt-0002.jsonl"
     assert (out / "metrics" / "attempt-0001.jsonl").read_text().startswith('{"step": 3'), "an earlier attempt was lost"

@@ -210,10 +210,18 @@ def test_resume_without_a_checkpoint_is_refused_before_anything_starts(example_t
     cfg["trainer"]["save_freq"] = save_freq
     (example_task / "config.json").write_text(json.dumps(cfg))
     out = tmp_path / "out"
-    (out / "checkpoints" / "global_step_4").mkdir(parents=True)  # a folder without its tracker is no checkpoint
+    (out / "checkpoints").mkdir(parents=True)
     proc = start(example_task, out, "--resume", "--gpus", "0")
     assert proc.returncode == 1, proc.stderr
     assert "nothing to resume" in proc.stderr and says in proc.stderr and "Hint:" in proc.stderr
+    assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
+    # A step folder without the tracker (issue 34.6: the tracker can be lost) is named, not ignored; this one
+    # holds no file: none is offered as whole.
+    (out / "checkpoints" / "global_step_4").mkdir()
+    proc = start(example_task, out, "--resume", "--gpus", "0")
+    assert proc.returncode == 1, proc.stderr
+    assert "latest_checkpointed_iteration.txt is missing, but global_step_4 is there" in proc.stderr
+    assert "--resume-step N with N one of 4, once you know it is whole" in proc.stderr
     assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
 
 

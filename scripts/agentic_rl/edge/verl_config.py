@@ -331,6 +331,13 @@ def to_yaml(cfg: Any, redact: tuple[str, ...] = ()) -> str:
         return OmegaConf.to_yaml(shown)
 
 
+def to_plain(cfg: Any, redact: tuple[str, ...] = ()) -> dict:
+    """The config as plain JSON-able data, resolved where it resolves here, with the redact keys replaced."""
+    import yaml  # PyYAML comes with omegaconf
+
+    return yaml.safe_load(to_yaml(cfg, redact)) or {}
+
+
 def ppo_runtime_env_vars() -> dict[str, str]:
     """The env_vars VERL gives its Ray workers (TOKENIZERS_PARALLELISM, NCCL_DEBUG, VLLM_LOGGING_LEVEL ...),
     as verl.trainer.constants_ppo.get_ppo_ray_runtime_env() returns them (it leaves out those already set

@@ -1,9 +1,10 @@
 """export_model.py --compare: score a base and a trained model server on test.jsonl, side by side.
 
 Each endpoint gets one CPU rehearsal (`python -m agentic_rl.launch.training_job --rehearse --model-endpoint
-URL`, sample 0): the real gateway, controller and agents run every test row once through the task's
-agent and judge, exactly as validation does in training. Their reports land in O/compare/base and
-O/compare/trained (rehearsal.json, training.log). The gateway asks every server for the model named
+URL --test-repeats K`, sample 0): the real gateway, controller and agents run every test row K times
+through the task's agent and judge, exactly as validation does in training, with the same sampling for
+both (the gateway's validation temperature). Their reports land in O/compare/base and O/compare/trained
+(rehearsal.json, training.log); compare_stats pairs the two row by row. The gateway asks every server for the model named
 `expected_model_name` (agent.json's model_name, resolved like check_model.py), so both servers must
 serve under that name (vLLM: --served-model-name).
 
@@ -95,15 +96,16 @@ def served_models(url: str, timeout: float = 5.0) -> list[str] | None:
     return [m["id"] for m in data] or None
 
 
-def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
-    """One rehearsal against url; its test split as {rows, mean_reward, failed, exit_code, status}."""
+def score(python: str, input_dir: Path, out: Path, url: str, repeats: int = 1) -> dict:
+    """One rehearsal against url, each test row played `repeats` times; its test split as {rows,
+    mean_reward, failed, exit_code, status, per_row: {row index: [rewards]}}."""
     out.mkdir(parents=True, exist_ok=True)
     (out / run_dir.REHEARSAL_FILE).unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k != run_dir.RUN_ID_ENV}  # a run id of its own
     env.update(PYTHONPATH=os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
                PYTHONSAFEPATH="1")
     cmd = [python, "-m", "agentic_rl.launch.training_job", "--input-dir", str(input_dir), "--output-dir", str(out),
-           "--rehearse", "--model-endpoint", url]
+           "--rehearse", "--model-endpoint", url, "--test-repeats", str(repeats)]
     with open(out / run_dir.LOG_FILE, "ab") as log:
         # Its own group, stopped with export_model.py: the job's SIGTERM clean-up stops its gateway and agents.
         code = procs.run_in_own_group(cmd, stop_timeout=60.0, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -114,15 +116,37 @@ def score(python: str, input_dir: Path, out: Path, url: str) -> dict:
         raise UserError(f"the rehearsal against {url} ended {st.get('status')} without a report: {st.get('reason')}",
                         f"see {out / run_dir.LOG_FILE}", EXIT_FAIL) from None
     test = (rep.get("splits") or {}).get("test") or {}
-    return {"endpoint": url, "rows": test.get("rollouts", 0), "mean_reward": test.get("mean_reward"),
-            "failed": test.get("failed", 0), "exit_code": code, "status": st.get("status"), "report": str(out)}
+    per_row: dict[int, list[float]] = {}
+    for r in rep.get("rows") or []:
+        if isinstance(r, dict) and r.get("split") == "test" and isinstance(r.get("row"), int):
+            reward = r.get("reward")
+            per_row.setdefault(r["row"], []).extend([float(reward)] if isinstance(reward, (int, float)) else [])
+    return {"endpoint": url, "rows": len(per_row), "rollouts": test.get("rollouts", 0),
+            "mean_reward": test.get("mean_reward"), "failed": test.get("failed", 0), "exit_code": code,
+            "status": st.get("status"), "report": str(out), "per_row": per_row}
 
 
-def compare(output_dir: Path, input_dir: Path, endpoints: list[str]) -> dict:
+def row_lines(input_dir: Path) -> dict[int, str]:
+    """{row index: "test.jsonl:LINE"}: the rows in the order the rehearsal loads them (blank lines skipped)."""
+    from agentic_rl.checks import jsonl_checks
+
+    out, i = {}, 0
+    for lineno, _row, defect in jsonl_checks.iter_jsonl(input_dir / "test.jsonl"):
+        if not defect:
+            out[i] = f"test.jsonl:{lineno}"
+            i += 1
+    return out
+
+
+def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per_row: int = 1) -> dict:
+    from agentic_rl.export import compare_stats
+
     if len(endpoints) != 2:
         raise UserError(f"--compare needs two --model-endpoint URLs (base, then trained), got {len(endpoints)}",
                         "e.g. --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1",
                         EXIT_USAGE)
+    if samples_per_row < 1:
+        raise UserError(f"--samples-per-row must be >= 1, got {samples_per_row}", "e.g. --samples-per-row 4", EXIT_USAGE)
     if not (input_dir / "test.jsonl").is_file():
         raise UserError(f"{input_dir / 'test.jsonl'} not found", "pass the task folder with --input-dir", EXIT_ENV)
     name = expected_model_name(input_dir)
@@ -133,9 +157,15 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str]) -> dict:
                             f"restart that server with --served-model-name {name}", EXIT_FAIL)
     python = agl_python()
     files.make_folders(output_dir / COMPARE_DIR, hint="compare in a run folder you can write: --output-dir of a copy")
-    results = {role: score(python, input_dir, output_dir / COMPARE_DIR / role, url)
+    results = {role: score(python, input_dir, output_dir / COMPARE_DIR / role, url, samples_per_row)
                for role, url in zip(ROLES, endpoints, strict=True)}
     base, trained = results["base"]["mean_reward"], results["trained"]["mean_reward"]
     delta = round(trained - base, 6) if isinstance(base, (int, float)) and isinstance(trained, (int, float)) else None
-    return {"model_name": name, "input_dir": str(input_dir), "results": results, "delta": delta,
-            "ok": all(r["failed"] == 0 and r["rows"] > 0 for r in results.values())}
+    ok = all(r["failed"] == 0 and r["rows"] > 0 for r in results.values())
+    per_row = {role: r.pop("per_row") for role, r in results.items()}
+    for role, r in results.items():
+        r["pass_at"] = compare_stats.pass_at(per_row[role], tuple(sorted({1, samples_per_row})))
+    paired = (compare_stats.paired(per_row["base"], per_row["trained"], row_lines(input_dir))
+              if ok and set(per_row["base"]) & set(per_row["trained"]) else None)
+    return {"model_name": name, "input_dir": str(input_dir), "samples_per_row": samples_per_row, "results": results,
+            "delta": delta, "paired": paired, "ok": ok}

@@ -21,7 +21,7 @@ from pathlib import Path
 from agentic_rl import cli, files, task
 from agentic_rl.checks import model_files
 from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, Check, UserError
-from agentic_rl.runs import checkpoints, failures, liveness, run_dir, run_records
+from agentic_rl.runs import checkpoint_files, checkpoints, failures, liveness, run_dir, run_records
 
 EXPORT_DIR = run_dir.EXPORT_DIR
 ADAPTER_DIR = "lora_adapter"  # where VERL's merger puts a LoRA adapter inside the target
@@ -58,21 +58,7 @@ def tracker_step(ckpt_dir: Path) -> int | None:
     return step
 
 
-def actor_problems(actor_dir: Path) -> list[str]:
-    """What the merger needs and this folder lacks: fsdp_config.json, every rank's model shard, huggingface/."""
-    problems: list[str] = []
-    try:
-        world = int(files.read_json_file(actor_dir / "fsdp_config.json")["world_size"])
-    except (UserError, KeyError, TypeError, ValueError) as exc:
-        problems.append(f"fsdp_config.json is missing or has no world_size ({getattr(exc, 'message', exc)})")
-        world = 0
-    for rank in range(world):
-        shard = actor_dir / f"model_world_size_{world}_rank_{rank}.pt"
-        if not shard.is_file() or shard.stat().st_size == 0:
-            problems.append(f"{shard.name} is missing or empty")
-    if not (actor_dir / "huggingface" / "config.json").is_file():
-        problems.append("huggingface/config.json is missing")
-    return problems
+actor_problems = checkpoint_files.actor_problems
 
 
 def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
@@ -105,11 +91,32 @@ def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
                         "no finished checkpoint here: resume the run (start_training.sh --resume) to save one",
                         EXIT_FAIL)
     actor = ckpt / f"global_step_{want}" / "actor"
-    problems = actor_problems(actor) if actor.is_dir() else ["no actor/ folder"]
-    if problems:
-        raise UserError(f"{actor}: incomplete checkpoint: {'; '.join(problems[:3])}",
-                        "export another step (--step N), or restore the missing files", EXIT_FAIL)
+    # A file cut short or changed since VERL saved it, or one the merger needs missing: named, with the step before.
+    damage = checkpoint_files.check(ckpt / f"global_step_{want}", full=True)
+    damage += [p for p in (actor_problems(actor) if actor.is_dir() else [f"{actor} is missing"]) if p not in damage]
+    if damage:
+        raise checkpoint_files.damaged_error(output_dir, want, damage, full=True)
     return {"step": want, "actor_dir": actor, "tracker": tracked}
+
+
+def best_step(output_dir: Path) -> dict:
+    """--best: the checkpoint with the highest validation reward (validation.best_checkpoint over this run's
+    metrics and val samples, a damaged newer step left out). Exit 1 when no checkpointed step was validated."""
+    from agentic_rl.runs import attempts, metrics_reader, sample_reader, validation
+
+    scope = attempts.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
+    history = metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
+    val = [s for s in sample_reader.read(output_dir) if s.get("split") == "val"
+           and (scope is None or s.get("run_id") in scope["run_ids"])]
+    usable = checkpoint_files.usable_steps(output_dir)["usable"]
+    best = validation.best_checkpoint(output_dir, validation.evaluations(history, val), usable)
+    if best is None:
+        raise UserError(f"--best: no validation reward at a checkpointed step in {output_dir} (its metrics have "
+                        f"{len(metrics_reader.series(history, 'val_reward'))} validations; checkpoints: "
+                        f"{', '.join(map(str, step_folders(output_dir / run_dir.CHECKPOINTS_DIR))) or 'none'})",
+                        "export the latest (leave out --best) or --step N; to validate what is saved, set "
+                        "trainer.test_freq to a divisor of trainer.save_freq", EXIT_FAIL)
+    return {"by": "best", **best}
 
 
 def _resolved_model(output_dir: Path) -> tuple[str | None, int]:
@@ -235,7 +242,7 @@ def remove_dead_partials(target: Path) -> list[str]:
 def write_marker(model_dir: Path, data: dict) -> None:
     """Sign a finished export: what it is and every entry it holds (check_target reads this)."""
     files.atomic_write_json(model_dir / EXPORT_MARKER, {
-        "written_by": "export_model.py", "step": data["step"], "run_id": data["run_id"],
+        "written_by": "export_model.py", "step": data["step"], "chosen": data.get("chosen"), "run_id": data["run_id"],
         "checkpoint": data["checkpoint"], "entries": _entries(model_dir)})
 
 
@@ -273,14 +280,19 @@ def prove(model_dir: Path, base: dict) -> tuple[list[Check], dict]:
     return checks, data
 
 
-def export(output_dir: Path, step: int | None, target: Path | None, force: bool) -> tuple[list[Check], dict]:
-    """Find, merge, prove, install. Returns (checks, data); raises UserError before anything is written."""
+def export(output_dir: Path, step: int | None, target: Path | None, force: bool,
+           best: bool = False) -> tuple[list[Check], dict]:
+    """Find, merge, prove, install. Returns (checks, data); raises UserError before anything is written.
+    best: the step validation.best_checkpoint picks (else step, else the tracker's latest)."""
     from agentic_rl.edge import verl_merge
 
     if not output_dir.is_dir():
         raise UserError(f"output folder {output_dir} does not exist", "pass the --output-dir of the run", EXIT_ENV)
     state = run_state(output_dir)
-    ckpt = find_checkpoint(output_dir, step, state["live"])
+    chosen = best_step(output_dir) if best else {
+        "by": "step" if step is not None else "latest",
+        "why": "--step" if step is not None else f"the latest finished step ({run_dir.TRACKER})"}
+    ckpt = find_checkpoint(output_dir, chosen["step"] if best else step, state["live"])
     target = (target or default_target(output_dir, ckpt["step"])).resolve()
     check_target(target, output_dir, force, task_folder(output_dir))
     python, how = verl_merge.find_train_python()
@@ -298,7 +310,8 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool)
     log = output_dir / run_dir.LOGS_DIR / f"export-global_step_{ckpt['step']}.log"
     if not os.access(log.parent if log.parent.is_dir() else output_dir, os.W_OK | os.X_OK):  # a read-only run folder exports too
         log = target.with_name(f"{target.name}.export.log")
-    data = {"step": ckpt["step"], "checkpoint": str(ckpt["actor_dir"]), "target": str(target),
+    data = {"step": ckpt["step"], "chosen": {**chosen, "step": ckpt["step"]}, "checkpoint": str(ckpt["actor_dir"]),
+            "target": str(target),
             "live_run": state["live"], "run_id": state["run_id"], "base_model": base,
             "merger": {"python": python, "chosen_as": how, "log": str(log),
                        "command": verl_merge.merge_command(python, ckpt["actor_dir"], target)}}

@@ -27,8 +27,10 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
                                       string each wrapped row carries (same keys in every row), and
                                       {"NAME": "input"} the row's JSON
     agentlightning.agl_base_url/key   this run's gateway (the key is redacted in resolved_config.yaml)
-    trainer.resume_mode               auto with --resume (refused without a checkpoint); disable for a
-                                      fresh start, which is refused on a folder that has checkpoints
+    trainer.resume_mode               auto with --resume (refused without a checkpoint, or with a tracker
+                                      that hides the step folders); resume_path + resume_from_path with
+                                      --resume-step N; disable for a fresh start, which is refused on a
+                                      folder with any global_step_N; a resumed step's files are checked first
 
 Then, in train mode, VERL's own validate_config where verl is importable. total_training_steps in the status
 is VERL's count: floor(train rows / (data.gen_batch_size or data.train_batch_size)) x total_epochs.
@@ -68,7 +70,6 @@ class Failure(Exception):
     def __init__(self, component: str, reason: str, code: int = cli.EXIT_FAIL):
         super().__init__(reason)
         self.component, self.reason, self.code = component, reason, code
-
 
 
 def wrap_row(row: dict, index: int, env_paths: dict[str, list[str]] | None = None) -> dict:
@@ -211,20 +212,25 @@ def agent_class_for(input_dir: Path, agent: dict) -> str:
     return TOOL_AGENT if tools else BUNDLED_AGENT
 
 
-def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool) -> tuple[str | None, int | None]:
-    """(resume_mode to force or None to keep the user's, step resumed from)."""
-    step = checkpoints.latest_checkpoint(output_dir)
-    if resume:
-        if step is None:
-            error = checkpoints.nothing_to_resume(output_dir, config_values.effective(user_cfg, "trainer.save_freq"),
-                                              "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None)
-            raise Failure("config", error.message)
-        return "auto", step
+def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: bool, rehearse: bool,
+                resume_step: int | None = None) -> tuple[str | None, int | None]:
+    """(resume_mode to force or None to keep the user's, step resumed from): checkpoints.resume_plan."""
+    from agentic_rl.runs import checkpoint_files
+
+    if resume or resume_step is not None:
+        source = "config.json" if "save_freq" in (user_cfg.get("trainer") or {}) else None
+        try:
+            return checkpoint_files.resume_plan(output_dir, resume_step, not rehearse,
+                                                config_values.effective(user_cfg, "trainer.save_freq"), source)
+        except cli.UserError as exc:
+            if exc.message.startswith("nothing to resume"):
+                raise Failure("config", exc.message) from None
+            raise
     if config_values.explicit(user_cfg, overrides, "trainer.resume_mode"):
         return None, None
-    if step is not None and not rehearse:
-        raise Failure("config", f"{checkpoints.checkpoints_dir(output_dir)} holds global_step_{step} from an earlier run: pass --resume to "
-                                "continue it, or use a new --output-dir (a fresh start would mix both runs)")
+    refusal = None if rehearse else checkpoints.refuse_fresh_start(output_dir)
+    if refusal:
+        raise Failure("config", refusal)
     return "disable", None
 
 
@@ -254,7 +260,8 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
     ckpt = out / run_dir.CHECKPOINTS_DIR
     ckpt.mkdir(parents=True, exist_ok=True)
-    mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse)
+    mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse,
+                                     getattr(args, "resume_step", None))
     agent = task.load_agent_config(run.input_dir)
     model = resolve_model(agent["model_name"], rehearse)
     attempt, metrics_file = attempts.next_metrics_file(out, run.run_id, run.mode)
@@ -299,6 +306,10 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     _set(cfg, "agentlightning.agl_key", "")
     if mode:
         _set(cfg, "trainer.resume_mode", mode)
+    if mode == "resume_path":
+        from agentic_rl.runs import checkpoint_files
+
+        _set(cfg, "trainer.resume_from_path", str(checkpoint_files.prepare_resume_from(out, resumed_from)))
     cpu = apply_cpu_mode(cfg, run, len(train_rows), joins := os.environ.get("RAY_ADDRESS")
                          or _get(cfg, "ray_kwargs.ray_init.address")) if getattr(run, "cpu_steps", None) else None
     if cpu is not None and getattr(args, "oracle", None):

@@ -123,15 +123,21 @@ def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
 
 
 
-def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path) -> None:
-    """Exit 1 before anything starts when --resume finds no checkpoint (the job checks the same again)."""
-    if checkpoints.latest_checkpoint(output_dir) is not None:
-        return
+def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path, step: int | None = None,
+                 check_files: bool = True) -> None:
+    """Exit 1 before anything starts when --resume (--resume-step N) finds no checkpoint, a tracker that hides
+    the step folders, or a damaged one (a quick look: sizes against the manifest, readable archives); the
+    job checks the same again, sha256 included."""
     from agentic_rl.checks import config_values
+    from agentic_rl.runs import checkpoint_files
 
     given = config_values.override_value(overrides, "trainer.save_freq") is not None or "save_freq" in (cfg.get("trainer") or {})
-    raise checkpoints.nothing_to_resume(output_dir, setting(cfg, overrides, "trainer.save_freq"),
-                                    source.name if given else None)
+    target = checkpoints.resume_target(output_dir, step, setting(cfg, overrides, "trainer.save_freq"),
+                                       source.name if given else None, checkpoint_files.whole_if_hidden(output_dir))
+    problems = checkpoint_files.check(checkpoints.checkpoints_dir(output_dir) / f"global_step_{target}") \
+        if check_files else []
+    if problems:
+        raise checkpoint_files.damaged_error(output_dir, target, problems)
 
 
 

@@ -6,7 +6,8 @@ share its fields and its order of shutdown; what the job does as a process (lock
 thread) lives in job_process.py, its config in job_config.py.
 
 Usage: python -m agentic_rl.launch.training_job --input-dir D [--output-dir O] [--run-id ID] [--config-file F] [--gpus 0,1]
-               [--resume] [--cpu-steps N] [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]]]
+               [--resume | --resume-step N] [--cpu-steps N] [--max-hours H] [--max-steps N] [--stop-on VERDICT,...]
+               [--rehearse [--model-endpoint URL | --oracle FILE] [--sample N [--write-filtered]] [--test-repeats K]]
                [-- HYDRA.OVERRIDES ...]
 
 The launcher (start_training.sh) runs it in its own session with `>> O/training.log`; it runs in the
@@ -26,13 +27,15 @@ Rollout samples go to O/samples (samples.py): the rehearsal writes them from the
 fetched; in training a thread here follows the gateway's finished rollouts beside run_ppo.
 
 Status: starting -> running (services healthy) -> completed | failed (exit_code, failed_component,
-reason) | stopped (SIGTERM/SIGINT). On every exit: controller (SIGTERM, wait: it kills its agents),
+reason) | stopped (SIGTERM/SIGINT; or a budget, reason `budget: ...`/`stop-on: ...`, exit 0: budget.py).
+Every start writes O/run_card.json (runs/run_card.py); in training a thread records each finished save's
+files (runs/checkpoint_files.ManifestWriter). On every exit: controller (SIGTERM, wait: it kills its agents),
 the Ray cluster this run started, gateway, then every process carrying EVO_RUN_ID and ARL_OUTPUT_DIR=O
 (a --run-id that a live process of another folder carries is refused at the start); training.pid is
 removed. The job holds O/training.lock and checks every 0.5 s that O is still its folder: deleted
 or replaced, the run stops and writes nothing more there. On a full disk it gives back the
 launch's reserve to record its end, naming the folder and its free space.
-Exit codes: 0 completed, 1 failed, 3 environment missing, 4 output folder locked,
+Exit codes: 0 completed (or stopped by its budget), 1 failed, 3 environment missing, 4 output folder locked,
 143/130 stopped by SIGTERM/SIGINT. The config rules are in references/troubleshooting.md.
 """
 
@@ -47,7 +50,7 @@ import time
 from agentic_rl import cli, files, oracle_turns, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs, signals
-from agentic_rl.launch import job_config, judge_run, oracle_server, rehearsal
+from agentic_rl.launch import budget, job_config, judge_run, oracle_server, rehearsal
 from agentic_rl.launch.job_process import (
     hold_lock,
     in_helper_thread,
@@ -56,7 +59,7 @@ from agentic_rl.launch.job_process import (
     refuse_foreign_run_id,
     wait_for_launch_record,
 )
-from agentic_rl.runs import attempts, failures, learning_signal, run_dir, samples
+from agentic_rl.runs import attempts, checkpoint_files, failures, learning_signal, run_card, run_dir, samples
 
 Failure = job_config.Failure
 
@@ -92,6 +95,9 @@ class Run:
         self.ray_started = False
         self.stopping = False
         self.service_failure: Failure | None = None
+        self.budget = budget.JobBudget(self.output_dir, self.run_id, args.max_hours, args.max_steps, args.stop_on)
+        self.budget_stop: str | None = None  # the job stops itself: the budget is spent, no step ended in time
+        self.manifests: checkpoint_files.ManifestWriter | None = None
 
     def status(self, **fields) -> None:
         run_dir.update_status(self.output_dir, **fields)
@@ -122,6 +128,14 @@ class Run:
             for svc in (self.gateway, self.controller, self.mcp, self.judge):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
+                    procs.signal_self(signal.SIGUSR1)
+                    return
+            if self.manifests is not None:
+                self.manifests.poll()  # VERL finished a save: record its files' sizes and hashes
+            if self.budget.active and self.gateway is not None and not self.stopping:
+                reason = self.budget.watch(self.mode)
+                if reason:
+                    self.budget_stop = reason
                     procs.signal_self(signal.SIGUSR1)
                     return
             time.sleep(0.5)
@@ -160,6 +174,8 @@ class Run:
             self.stopping = True  # first: from here on a signal no longer raises, shutdown runs in order
             outcome = exc
         self.stopping = True
+        if self.manifests is not None and not run_dir.folder_problem(self.output_dir):
+            self.manifests.finish()  # the last save: the run may have ended right after it
         code, final = self.outcome(outcome)
         leftovers, by_node = self.shutdown()
         gone = run_dir.folder_problem(self.output_dir)
@@ -185,17 +201,24 @@ class Run:
         """(exit code, final status fields) for how the run ended."""
         if exc is None and not run_dir.folder_problem(self.output_dir) and run_dir.reserve_spent(self.output_dir):
             exc = Failure("disk", run_dir.DISK_FILLED)  # it filled up near the end, before the watchdog looked
+        ended = self.budget.ended() if self.budget.active else None
+        if exc is None and ended is not None:  # the trainer stopped itself at a step's end, checkpoint saved
+            return 0, {"status": "stopped", "reason": self.budget.stop_reason(ended),
+                       "budget": {**self.budget.record(), "stopped_at_step": ended.get("step")}}
         if exc is None:
             return 0, {"status": "completed"}
+        if isinstance(exc, Interrupted) and exc.signum == signal.SIGUSR1 and self.budget_stop and not self.service_failure:
+            return 0, {"status": "stopped", "reason": self.budget_stop, "budget": self.budget.record()}
         if isinstance(exc, Interrupted) and not (exc.signum == signal.SIGUSR1 and self.service_failure):
             return 128 + exc.signum, {"status": "stopped", "reason": f"received {signal.Signals(exc.signum).name}"}
         if isinstance(exc, Interrupted):
             exc = self.service_failure
         if isinstance(exc, run_dir.FolderReplaced):
             exc = Failure("output_dir", f"{exc}: the run stopped and wrote nothing more there")
+        hint = None
         if isinstance(exc, UserError):
             cli.print_error(exc.message, exc.hint)
-            exc = Failure("preflight", exc.message, exc.code)
+            exc, hint = Failure("preflight", exc.message, exc.code), exc.hint
         disk_full = files.is_disk_full(exc)
         if not isinstance(exc, Failure):
             import traceback
@@ -206,7 +229,8 @@ class Run:
                 pass
             component = "disk" if disk_full else "trainer" if self.mode == "train" else "rehearsal"
             exc = Failure(component, failures.classify_failure(self.failure_text(exc)))
-        final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason}
+        final = {"status": "failed", "failed_component": exc.component, "reason": exc.reason,
+                 **({"hint": hint} if hint else {})}
         if disk_full or self.disk_full_now(exc.reason):
             message, hint = files.disk_full_message(self.output_dir)
             final.update(reason=f"{message}: {exc.reason}"[:600], hint=hint)
@@ -289,6 +313,12 @@ class Run:
         self.status(train_rows=len(train_rows), test_rows=len(test_rows), **plan.status)
         log(f"run {self.run_id}: {self.mode} mode{' on CPU' if self.cpu_steps else ''}, {len(train_rows)} train / "
             f"{len(test_rows)} test rows, model {plan.model}")
+        card = self.start_card(plan)
+        self.budget.clear()
+        if self.budget.active:
+            self.arm_budget(cfg, plan)
+        if self.mode == "train":
+            self.manifests = checkpoint_files.ManifestWriter(self.output_dir, self.run_id, card["sha256"])
         if self.cpu_steps:
             from agentic_rl.launch import cpu_mode
 
@@ -303,6 +333,7 @@ class Run:
         self.start_services(plan)
         cfg.agentlightning.agl_base_url = self.gateway.url
         job_config.save_resolved(self.output_dir, cfg, plan.info)  # again, now with the gateway's URL
+        self.write_card(card, cfg)
         cfg.agentlightning.agl_key = self.key
         self.judge_audit = auditor.result()
         log(judge_run.summary_line(self.judge_audit))
@@ -317,8 +348,36 @@ class Run:
         else:
             self.train(run_ppo, cfg, plan, train_rows, test_rows)
 
-    def rehearse(self, cfg, plan, train_rows: list[dict], test_rows: list[dict]) -> None:
+    def start_card(self, plan) -> dict:
+        """The run card without its config (written once the gateway's URL is in it); a resume whose task
+        files changed since the checkpoint's run says so."""
+        card = run_card.build(run_id=self.run_id, mode=self.mode, input_dir=self.input_dir, output_dir=self.output_dir,
+                              config_file=self.args.config_file, config={}, model=plan.model,
+                              resumed_from=plan.resumed_from, job_argv=sys.argv,
+                              command=os.environ.get(run_card.COMMAND_ENV))
+        changed = card["lineage"].get("task_files_changed")
+        if changed:
+            cli.print_warning(f"resuming global_step_{plan.resumed_from} of run {card['lineage']['resumed_from']['run_id']}, "
+                              f"but these task files changed since: {', '.join(changed)} (the run card keeps both "
+                              f"hashes: {self.output_dir / run_dir.RUN_CARD_FILE})")
+        return card
+
+    def write_card(self, card: dict, cfg) -> None:
+        from agentic_rl.edge import verl_config
+
+        card["config"] = verl_config.to_plain(cfg, redact=("agentlightning.agl_key",))
+        run_card.write(self.output_dir, card)
+
+    def arm_budget(self, cfg, plan) -> None:
+        if self.mode == "train":
+            self.budget.arm(cfg, plan.resumed_from)
+        self.status(budget=self.budget.record())
+        log("budget: " + ", ".join(f"{k} {v}" for k, v in self.budget.record().items() if v is not None))
+
+    def rehearse(self, cfg, plan, train_rows: list[dict], rows: list[dict]) -> None:
         started = time.monotonic()
+        repeats = max(1, self.args.test_repeats)  # export --compare --samples-per-row K: each test row K times
+        test_rows = [row for row in rows for _ in range(repeats)]
         sample = train_rows[: max(0, self.args.sample)]
         endpoint = self.args.model_endpoint
         if not endpoint:
@@ -349,6 +408,9 @@ class Run:
             raise Failure(self.failure_component(stop.record), f"stopped after {stop.record['in_a_row']} rollouts "
                           f"failed in a row: {stop.record['message']}"[:400]) from None
         extra["wall_s"] = round(time.monotonic() - started, 3)
+        for r in out["results"]:
+            if r["split"] == "test" and repeats > 1:
+                r["row"], r["sample"] = divmod(r["row"], repeats)
         rehearsal.add_agent_errors(out["results"], self.controller.log_path)
         rep = rehearsal.report(out["results"], {**out["timings"], "total_s": extra["wall_s"]}, extra,
                                planned["rollouts"])
@@ -502,6 +564,13 @@ def build_parser() -> cli.ArgumentParser:
                         help="a judge audit finding the user accepts (recorded in judge_audit)")
     parser.add_argument("--write-filtered", action="store_true",
                         help=f"write O/{run_dir.FILTERED_TRAIN_FILE}: train.jsonl without the zero-variance rows")
+    parser.add_argument("--resume-step", type=int, metavar="N", help="continue from global_step_N (implies --resume)")
+    parser.add_argument("--test-repeats", type=int, default=1, metavar="K",
+                        help="rehearsal: play each test row K times (export_model.py --compare --samples-per-row)")
+    parser.add_argument("--max-hours", metavar="H", help="stop cleanly (a checkpoint) before H hours (budget.py)")
+    parser.add_argument("--max-steps", metavar="N", help="stop cleanly (a checkpoint) after N steps of this start")
+    parser.add_argument("--stop-on", metavar="VERDICTS", help=f"stop cleanly when one of these verdicts holds: "
+                        f"{', '.join(budget.STOP_ON)}")
     cli.add_common_flags(parser, json_flag=False)
     return parser
 
@@ -527,6 +596,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_filtered and not (args.model_endpoint and args.sample):
             raise UserError("--write-filtered needs --rehearse --model-endpoint URL --sample N",
                             "add --model-endpoint URL --sample 64", cli.EXIT_USAGE)
+        if args.test_repeats < 1 or (args.test_repeats > 1 and not args.rehearse):
+            raise UserError("--test-repeats needs K >= 1 and --rehearse", "e.g. --rehearse --test-repeats 4", cli.EXIT_USAGE)
+        if args.resume_step is not None and (args.resume_step < 0 or args.rehearse):
+            raise UserError("--resume-step takes a step number, and no --rehearse", "e.g. --resume-step 20", cli.EXIT_USAGE)
+        args.max_hours, args.max_steps = budget.parse_hours(args.max_hours), budget.parse_steps(args.max_steps)
+        args.stop_on = budget.parse_stop_on(args.stop_on)
+        if (args.max_steps or args.stop_on) and args.rehearse:
+            raise UserError("--max-steps and --stop-on count training steps: a rehearsal has none",
+                            "a rehearsal honours --max-hours", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
         wait_for_launch_record()
         from agentic_rl.edge import reaper

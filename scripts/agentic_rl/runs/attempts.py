@@ -35,9 +35,11 @@ def next_metrics_file(output_dir: Path, run_id: str | None = None, mode: str | N
             judge_offset = (output_dir / JUDGE_ERRORS_FILE).stat().st_size
         except OSError:
             judge_offset = 0
-        # A training start in a folder with a checkpoint resumes it (the launcher refuses a fresh one there).
+        # A training start in a folder with a step folder resumes it (a fresh one is refused there, whatever
+        # the tracker says).
+        saved = checkpoints.step_folders(checkpoints.checkpoints_dir(output_dir))
         atomic_write_json(mdir / f"attempt-{attempt:04d}{ATTEMPT_RECORD_SUFFIX}", {
-            "run_id": run_id, "mode": mode, "continues": mode == "train" and checkpoints.latest_checkpoint(output_dir) is not None,
+            "run_id": run_id, "mode": mode, "continues": mode == "train" and bool(saved),
             "judge_errors_offset": judge_offset})
     path.touch()
     link, tmp = output_dir / METRICS_FILE, output_dir / f".{METRICS_FILE}.{os.getpid()}"

@@ -38,6 +38,7 @@ DROPPED_PREFIX = "training/n_sample_dropped"
 N_COLLECTED, N_GROUPS, N_ZERO_ADV = "training/n_sample_collected", "training/n_groups", "training/n_zero_adv_groups"
 N_ROLLOUTS = "training/n_rollouts"
 BEST_ROLLOUT = "critic/score/max"  # the best rollout's reward of a step (runs/learning_curve.py)
+N_VAL_ROLLOUTS = "val/n_rollouts"  # the rows a validation rests on (Agent Lightning's loop logs it)
 NAN_KEYS = re.compile(r"(loss|grad_norm|kl)", re.I)  # the keys where a non-finite value means divergence
 
 
@@ -77,7 +78,7 @@ FAST_LOADS = strict_loads()
 # What a step keeps of its line: the summary's keys; dropped-sample counts and the losses, grad norms
 # and KLs (NAN_KEYS) join as their names are first seen.
 SUMMARY_KEYS = frozenset({k for keys in KEYS.values() for k in keys}
-                         | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS, BEST_ROLLOUT})
+                         | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS, BEST_ROLLOUT, N_VAL_ROLLOUTS})
 
 
 HEAD_BYTES = 256

@@ -44,6 +44,7 @@ LOG_FILE = "training.log"
 LOCK_FILE = "training.lock"
 CHECKPOINTS_DIR = "checkpoints"
 TRACKER = "latest_checkpointed_iteration.txt"  # VERL's: the step of the newest complete checkpoint
+CHECKPOINT_MANIFEST = ".arl-manifest.json"  # in global_step_N: each file's size and sha256 once VERL finished the save
 METRICS_DIR = "metrics"  # attempt-NNNN.jsonl, one per start (VERL's FileLogger truncates its file)
 METRICS_FILE = "metrics.jsonl"  # a link to the current attempt
 ATTEMPT_RECORD_SUFFIX = ".run.json"  # metrics/attempt-NNNN.run.json: the run an attempt belongs to
@@ -58,6 +59,9 @@ EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
 CPU_ORACLE_FILE = "cpu_oracle.json"  # --cpu-steps --oracle: the turns the CPU rollout server plays (cpu_mode.py)
 CPU_MODEL_DIR = "cpu_model"  # CPU training: the small model of the user's architecture (cpu_model.py)
 COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
+RUN_CARD_FILE = "run_card.json"  # what produced this run: task file hashes, config, versions, lineage (run_card.py)
+STOP_REQUEST_FILE = ".stop_request.json"  # the job asks the trainer to stop at its next step's end (--stop-on)
+BUDGET_STOP_FILE = ".budget_stop.json"  # the trainer stopped itself at a step's end: why, and the step (budget.py)
 RESERVE_FILE = ".training.reserve"  # space held back so a run on a full disk can still record its end
 RESERVE_BYTES = 128 * 1024
 
@@ -108,7 +112,8 @@ STATUS_FIELDS = {
                         "trainer | disk | output_dir | job",
     "rollout_failures": "rehearsal: rollouts planned, failed/succeeded so far (its progress), failures in a row, "
                         "the first failure's reason",
-    "reason": "one line: why the run failed or stopped",
+    "reason": "one line: why the run failed or stopped (a budget stop: 'budget: ...' or 'stop-on ...')",
+    "budget": "--max-hours/--max-steps/--stop-on: {max_hours, max_steps, stop_on, deadline, stop_step, stopped_at_step}",
     "detail": "with failed: vanished (the job died without recording its end; stop_training.py --force "
               "recorded it)",
     "hint": "with failed: the fix, when the job knows it (e.g. free space on O's filesystem)",

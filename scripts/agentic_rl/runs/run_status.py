@@ -19,15 +19,19 @@ from agentic_rl.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
 from agentic_rl.runs import (
     attempts,
+    checkpoint_files,
     checkpoints,
     judge_view,
     learning_signal,
     liveness,
     metrics_reader,
+    run_card,
     run_dir,
     run_health,
     run_records,
     sample_reader,
+    validation,
+    verdict,
 )
 
 TAIL_BLOCK = 64 * 1024
@@ -137,29 +141,14 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))
     log = this_run(tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200)), st.get("run_id"))
-    # Only this run's: a reused output folder holds earlier runs' metrics, judge errors, rehearsal and samples.
-    scope = attempts.run_scope(output_dir, st.get("run_id"))
-    reader = reader or metrics_reader.HistoryReader(output_dir)
-    reader.attempts = None if scope is None else scope["attempts"]
-    history = reader.read()
-    errors_file = output_dir / run_dir.JUDGE_ERRORS_FILE
-    judge_errors = (count_lines(errors_file) if scope is None
-                    else sum(count_lines(errors_file, start, end) for start, end in scope["judge_errors"]))
-    rehearsal, bad_rehearsal = run_records.rehearsal_fields(read_rehearsal(output_dir))
-    if rehearsal and rehearsal.get("run_id") not in (None, st.get("run_id")):
-        rehearsal, bad_rehearsal = None, []  # an earlier run's
-    rollouts = (rehearsal or {}).get("rollouts")
-    ckpts = checkpoints.checkpoint_steps(output_dir)
+    h = health(output_dir, st, log, state["alive"], reader)
+    history, rehearsal, flags, recent = h["history"], h["rehearsal"], h["flags"], h["recent"]
     summary = ({k: rehearsal.get(k) for k in ("mean_reward", "failed", "judge_errors", "rollouts", "planned")}
                if rehearsal else None)
-    recent = sample_reader.read(output_dir, recent_only=True)
-    signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
-    audit = judge_view.view(st.get("judge_audit") or (rehearsal or {}).get("judge_audit"))
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, rollouts), recent, scope,
-                               # a rehearsal measured its groups whole (learning_signal); no guess from samples
-                               st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
-             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
-             + judge_view.flags(audit))
+    ckpts = checkpoints.checkpoint_steps(output_dir)
+    ckpts.update(checkpoint_files.usable_steps(output_dir, st.get("resumed_from_step") if state["alive"] else None))
+    flags += checkpoint_flags(ckpts, output_dir, state["alive"])
+    best = validation.best_checkpoint(output_dir, h["evals"], ckpts["usable"])
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -170,16 +159,66 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "runtime_s": round((end or time.time()) - start) if start else None,
         "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
-        "checkpoint": ckpts["latest"], "checkpoints": ckpts,
-        "resumed_from_step": st.get("resumed_from_step"), "judge_errors": judge_errors, "rehearsal": summary,
-        "learning_signal": signal, "judge_audit": audit,
-        "progress": run_health.progress(history, st, log, summary), "latest": run_health.latest(history, judge_errors),
-        "flags": flags,
-        "rollout_failures": st.get("rollout_failures"),
-        "stall": run_health.stall(history, st, log, state["alive"]),
+        "checkpoint": ckpts["usable"], "checkpoints": ckpts, "best_step": best,
+        "resumed_from_step": st.get("resumed_from_step"), "judge_errors": h["judge_errors"], "rehearsal": summary,
+        "learning_signal": h["signal"], "judge_audit": h["audit"],
+        "progress": run_health.progress(history, st, log, summary),
+        "latest": run_health.latest(history, h["judge_errors"]), "flags": flags,
+        "verdict": verdict.judge(history, flags, h["stall"], {**st, "status": status}, recent, h["evals"]),
+        "rollout_failures": st.get("rollout_failures"), "stall": h["stall"], "budget": st.get("budget"),
+        "run_card": run_card.summary(output_dir, st.get("run_id")),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
-        "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped, len(bad_fields) + len(bad_rehearsal)),
+        "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped,
+                           len(bad_fields) + len(h["bad_rehearsal"])),
     }
+
+
+def health(output_dir: Path, st: dict, log: list[str], alive: bool,
+           reader: metrics_reader.HistoryReader | None = None) -> dict:
+    """The run's health from its own files, scoped to this run: its metrics history, judge errors,
+    rehearsal report, recent samples, health flags, stall and validations. check_status shows it; the
+    job reads it for --stop-on (a reader kept across calls parses only the new metric lines)."""
+    scope = attempts.run_scope(output_dir, st.get("run_id"))
+    reader = reader or metrics_reader.HistoryReader(output_dir)
+    reader.attempts = None if scope is None else scope["attempts"]
+    history = reader.read()
+    errors_file = output_dir / run_dir.JUDGE_ERRORS_FILE
+    judge_errors = (count_lines(errors_file) if scope is None
+                    else sum(count_lines(errors_file, start, end) for start, end in scope["judge_errors"]))
+    rehearsal, bad_rehearsal = run_records.rehearsal_fields(read_rehearsal(output_dir))
+    if rehearsal and rehearsal.get("run_id") not in (None, st.get("run_id")):
+        rehearsal, bad_rehearsal = None, []  # an earlier run's
+    recent = sample_reader.read(output_dir, recent_only=True)
+    signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
+    audit = judge_view.view(st.get("judge_audit") or (rehearsal or {}).get("judge_audit"))
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, (rehearsal or {}).get("rollouts")), recent, scope,
+                               # a rehearsal measured its groups whole (learning_signal); no guess from samples
+                               st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
+             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
+             + judge_view.flags(audit))
+    mine = scoped(recent, scope)
+    return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
+            "bad_rehearsal": bad_rehearsal, "recent": recent, "signal": signal, "audit": audit, "flags": flags,
+            "stall": run_health.stall(history, st, log, alive),
+            "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
+
+
+def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False) -> list[dict]:
+    """A flag for a damaged checkpoint (naming its file) and, once the run is over (a live one may be
+    writing it), for a tracker that hides the step folders."""
+    out = []
+    for step, problems in sorted(ckpts.get("damaged", {}).items()):
+        error = checkpoint_files.damaged_error(output_dir, step, problems)
+        out.append({"flag": "checkpoint_damaged", "step": step, "value": len(problems), "message": error.message,
+                    "hint": error.hint})
+    if ckpts.get("tracker_problem") and not alive:
+        whole = ckpts.get("whole")
+        out.append({"flag": "checkpoint_tracker", "step": None, "value": whole, "message": ckpts["tracker_problem"],
+                    "hint": (f"global_step_{whole} is the newest whose files look whole: resume from it with "
+                             f"start_training.sh --resume-step {whole}, or export it with export_model.py --step {whole}"
+                             if whole is not None else "no step folder looks whole: start a new run in a new "
+                             "--output-dir")})
+    return out
 
 
 def failure_hint(data: dict) -> str:

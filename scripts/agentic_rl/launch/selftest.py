@@ -121,7 +121,9 @@ def run(input_dir: Path, output_dir: Path, gpus: str | None = None, timeout_s: f
         progress(started.stdout.rstrip())
     if started.returncode != 0:
         lines = started.stderr.strip().splitlines()
-        message = next((ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")), "start_training.sh failed")
+        said = lines[-1] if lines else "no output"
+        message = next((ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")),
+                       f"exit {started.returncode}: {said}")
         hint = next((ln[len("Hint: "):] for ln in lines if ln.startswith("Hint: ")), "")
         raise UserError(f"start_training.sh: {message}", hint, started.returncode)
     run_id = (run_dir.read_status(output_dir) or {}).get("run_id")

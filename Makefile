@@ -59,7 +59,7 @@ lock-train: $(STAMP)
 	  --custom-compile-command 'make lock-train' --quiet -o $(TRAIN_LOCK)
 
 # Two xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
-# --no-loadscope-reorder keeps that order): 8.5-9.5 min on a quiet 2-core machine. Three
+# --no-loadscope-reorder keeps that order): about 9 min on a quiet 2-core machine. Three
 # workers were no faster, and load the timing of the process tests more. PYTEST_ARGS= runs them one after
 # another. check-train-deps waits on the registry, not the CPU: it runs beside pytest, its output is
 # printed after, and either failing fails the target.

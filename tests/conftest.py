@@ -213,7 +213,8 @@ def cpu_run(verl_venv):
 SLOWEST_MODULES = (
     "test_cluster.py",  # ~210 s: two raylets, one real PPO step across them
     "test_main_rehearsal.py",  # ~210 s
-    "test_cpu_train.py",  # ~160 s: the shared real CPU run, its resume and export
+    "test_cpu_train.py",  # ~160 s: the shared real CPU run (the learning self-test), its resume and export
+    "test_slurm_template.py",  # ~110 s: a one-node SLURM runs the template (CI starts munged first)
     "test_train_path.py",  # ~130 s
     "test_export_model.py",  # ~110 s
     "test_cpu_tool_train.py",  # ~90 s

@@ -360,6 +360,7 @@ def test_checkpoint_and_new_step_detection(tmp_path):
 def test_controller_tuning_follows_batch_and_cpus():
     assert agl.controller_tuning(64, 2, rehearse=True) == {"maximum_size": 4, "poll_interval": 0.5}
     assert agl.controller_tuning(64, 2, rehearse=False)["maximum_size"] == 8
+    assert agl.controller_tuning(64, 2, rehearse=False, cpu_training=True)["maximum_size"] == 4
     assert agl.controller_tuning(3, 64, rehearse=False)["maximum_size"] == 3
     assert agl.controller_tuning(4096, 64, rehearse=False) == {"maximum_size": 50, "poll_interval": 0.25}
 

@@ -56,19 +56,21 @@ def free_port(host: str = HOST) -> int:
         return sock.getsockname()[1]
 
 
-def controller_tuning(rollouts_per_step: int, cpus: int, rehearse: bool) -> dict:
+def controller_tuning(rollouts_per_step: int, cpus: int, rehearse: bool, cpu_training: bool = False) -> dict:
     """local_runner settings for this run, instead of Agent Lightning's 50 agents / 10 s poll.
 
     maximum_size: agents run at once. Each costs about 1.2 CPU-seconds to start (the worker
     wrapper imports httpx/pydantic/omegaconf), so with an oracle that answers at once the agents
     are CPU-bound: 2 per core. Against vLLM they mostly wait for the model, and more of them keep
-    its batch full: 4 per core. Never more than a step's rollouts, never over 50 (the controller
-    lists at most 50 queued/running rollouts per pass).
+    its batch full: 4 per core. In CPU training (--cpu-steps) the model decodes on these same cores
+    and each agent holds ~46 MB: 2 per core (the self-test on 2 cores: 8 agents 5.9 s a step and 3.09 GB
+    summed RSS at peak, 4 agents 6.7 s and 2.90 GB; bench/selftest_bench.py). Never more than a step's
+    rollouts, never over 50 (the controller lists at most 50 queued/running rollouts per pass).
     poll_interval: every rollout waits up to one interval to be spawned and one to be seen
     finished, and a pass is one GET listing at most 50 rollouts (milliseconds on both sides), so
     0.5 s costs little; 0.25 s where 8+ cores make the extra passes free.
     """
-    per_cpu = 2 if rehearse else 4
+    per_cpu = 2 if rehearse or cpu_training else 4
     size = max(1, min(50, int(rollouts_per_step) or 1, per_cpu * max(1, int(cpus))))
     return {"maximum_size": size, "poll_interval": 0.25 if cpus >= 8 else 0.5}
 

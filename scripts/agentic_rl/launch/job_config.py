@@ -330,7 +330,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     rollouts = (len(test_rows) + len(train_rows[: args.sample]) * n) if rehearse else loader_batch * n
     from agentic_rl.edge import agl
 
-    tuning = agl.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse)
+    tuning = agl.controller_tuning(max(rollouts, 1), os.cpu_count() or 1, rehearse, cpu is not None)
     timeout = float(_get(cfg, "agentlightning.rollout_timeout_seconds", 1800) or 1800)
     scripts = str(cli.SCRIPTS_DIR)
     # The controller hands its own environment to every agent: scripts/ only, never the task folder

@@ -11,10 +11,10 @@ from its metrics (references/selftest.md). D defaults to assets/selftest, O to b
 
     $ python scripts/selftest.py
     started run run-20261206-150102-3fa2c1: pid 5120, mode train, GPUs none
-    step 1/10  reward 0.281
+    step 1/10  reward 0.156
     ...
     step 10/10  reward 1.000
-    learned: reward 0.378 -> 1 in 10 steps (threshold 0.844: 3/4 of the way from the first 2 steps' mean 0.378 to their best rollout 1)
+    learned: reward 0.28 -> 1 in 10 steps (threshold 0.82: 3/4 of the way from the first 2 steps' mean 0.28 to their best rollout 1)
 
 Exit: 0 learned; 1 not learned, or the run failed or ran past --timeout (it is stopped then);
 2 usage; 3 environment (no trainer Python: make verl-venv, or make install-train on a GPU node);

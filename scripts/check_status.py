@@ -145,8 +145,9 @@ def render(data: dict) -> str:
         done = f"rollouts {r['completed']}/{r['enqueued']} done, {r['failed']} failed" if r else "no rollout yet"
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  {done} (rehearsal)"})
     else:
+        median = f"{p['median_step_s']:.1f}" if p["median_step_s"] else "?"
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/"
-                     f"{p['total'] or '?'}, median step {p['median_step_s'] or '?'} s, ETA {hms(p['eta_s'])}"})
+                     f"{p['total'] or '?'}, median step {median} s, ETA {hms(p['eta_s'])}"})
     if p["rollouts"] and p.get("unit") != "rollouts":
         r = p["rollouts"]
         rows.append({"item": "rollouts", "value": f"{r['completed']}/{r['enqueued']} of the current batch done, "

@@ -184,6 +184,7 @@ class Hub:
 def _handler(hub: Hub, loop: asyncio.AbstractEventLoop, token: str) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
 
         def log_message(self, *_args) -> None:  # every call would be a line: the log keeps only what went wrong
             pass
@@ -310,15 +311,6 @@ def start(logs_dir: Path, input_dir: Path, env: dict, secrets: tuple[str, ...] =
         raise UserError(f"the task's MCP servers did not start: {said or 'no output'}",
                         f"read {svc.log_path}; validate_data.py lists each server's tools or says why it fails")
     raise UserError("the MCP hub found no free port on 127.0.0.1", "retry the start")
-
-
-def listing(url: str, token: str) -> list[dict]:
-    """The hub's GET /tools, for the job (the agents read it through agents/mcp_client.py)."""
-    import urllib.request
-
-    req = urllib.request.Request(url + "/tools", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())["tools"]
 
 
 # --------------------------------------------------------------------------- validate_data's probe

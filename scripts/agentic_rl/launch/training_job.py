@@ -275,6 +275,7 @@ class Run:
         """The task's MCP servers, once for the run, behind the hub the agents reach (edge/mcp_hub.py). The hub and
         its servers get the job's environment without the run's key (a server's pass_env may list AGL_KEY)."""
         from agentic_rl import mcp_config
+        from agentic_rl.agents import mcp_client
         from agentic_rl.edge import mcp_hub
 
         servers, _ = mcp_config.parse(task.load_agent_config(self.input_dir))
@@ -291,7 +292,7 @@ class Run:
             raise Failure("mcp", exc.message) from None
         plan.agent_env.update({"ARL_MCP_URL": self.mcp.url, mcp_hub.TOKEN_ENV: token})
         self.mcp_token = token
-        self.mcp_tools = {t["name"]: t["server"] for t in mcp_hub.listing(self.mcp.url, token)}
+        self.mcp_tools = {t["name"]: t["server"] for t in mcp_client.list_tools((self.mcp.url, token))}
         log(f"MCP servers up ({', '.join(servers)}): hub {self.mcp.url} (pid {self.mcp.proc.pid})")
 
     def prepare_and_run(self) -> None:

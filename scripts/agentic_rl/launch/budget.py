@@ -153,9 +153,9 @@ class JobBudget:
             if mode == "rehearse":
                 return f"{spent} ({now - self.started:.0f} s): the rehearsal stopped before its end"
             self.request_stop(f"{spent}")
-            if now > self.deadline + self.grace_s() and self.ended() is None:
-                return (f"{spent} and no step ended within {self.grace_s():.0f} s after it: stopped without a new "
-                        "checkpoint")
+            grace = self.grace_s()
+            if now > self.deadline + grace and self.ended() is None:
+                return f"{spent} and no step ended within {grace:.0f} s after it: stopped without a new checkpoint"
         if self.stop_on and mode == "train" and time.monotonic() >= self.next_verdict:
             self.next_verdict = time.monotonic() + STOP_ON_EVERY_S
             found = self.verdict(run_dir.read_status(self.output_dir) or {}, True)
@@ -180,7 +180,7 @@ class JobBudget:
     def verdict(self, status: dict, alive: bool) -> dict:
         log = run_status.this_run(run_status.tail_lines(self.output_dir / run_dir.LOG_FILE, 200), self.run_id)
         h = run_status.health(self.output_dir, status, log, alive, self._reader())
-        return verdict.judge(h["history"], h["flags"], h["stall"], status, h["recent"], h["evals"])
+        return verdict.judge(h["history"], h["flags"], h["stall"], status, h["mine"], h["evals"])
 
     def ended(self) -> dict | None:
         """The trainer's record of a budget stop at a step's end ({kind, step, reason}), None without one."""

@@ -164,7 +164,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "learning_signal": h["signal"], "judge_audit": h["audit"],
         "progress": run_health.progress(history, st, log, summary),
         "latest": run_health.latest(history, h["judge_errors"]), "flags": flags,
-        "verdict": verdict.judge(history, flags, h["stall"], {**st, "status": status}, recent, h["evals"]),
+        "verdict": verdict.judge(history, flags, h["stall"], {**st, "status": status}, h["mine"], h["evals"]),
         "rollout_failures": st.get("rollout_failures"), "stall": h["stall"], "budget": st.get("budget"),
         "run_card": run_card.summary(output_dir, st.get("run_id")),
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
@@ -176,7 +176,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
 def health(output_dir: Path, st: dict, log: list[str], alive: bool,
            reader: metrics_reader.HistoryReader | None = None) -> dict:
     """The run's health from its own files, scoped to this run: its metrics history, judge errors,
-    rehearsal report, recent samples, health flags, stall and validations. check_status shows it; the
+    rehearsal report, recent samples (all, and this run's: mine), health flags, stall and validations. check_status shows it; the
     job reads it for --stop-on (a reader kept across calls parses only the new metric lines)."""
     scope = attempts.run_scope(output_dir, st.get("run_id"))
     reader = reader or metrics_reader.HistoryReader(output_dir)
@@ -198,7 +198,7 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
              + judge_view.flags(audit))
     mine = scoped(recent, scope)
     return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
-            "bad_rehearsal": bad_rehearsal, "recent": recent, "signal": signal, "audit": audit, "flags": flags,
+            "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit, "flags": flags,
             "stall": run_health.stall(history, st, log, alive),
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
 

@@ -129,14 +129,14 @@ def run(input_dir: Path, output_dir: Path, gpus: str | None = None, timeout_s: f
     run_id = (run_dir.read_status(output_dir) or {}).get("run_id")
     final = wait(output_dir, run_id, timeout_s, progress)
     wall = time.monotonic() - began
-    history = metrics_reader.load_history(output_dir)
+    history = learning_curve.run_history(output_dir)  # the curve shown and the verdict read the same steps
     times = [t for _, t in metrics_reader.series(history, "step_time")]
     report = {"input_dir": str(input_dir), "output_dir": str(output_dir), "run_id": run_id,
               "device": "gpu" if gpus is not None else "cpu", "steps": steps, "status": final.get("status"),
               "reason": final.get("reason"), "wall_s": round(wall, 1),
               "s_per_step": round(sum(times) / len(times), 2) if times else None,
               "rewards": [[s, round(v, 4)] for s, v in metrics_reader.series(history, "reward")],
-              "model": model, "verdict": learning_curve.run_verdict(output_dir),
+              "model": model, "verdict": learning_curve.verdict(learning_curve.points(list(history))),
               "command": " ".join(argv)}
     return report
 

@@ -47,7 +47,7 @@ def verdict(points: list[tuple[int, float, float | None]]) -> dict:
         out["line"] = f"no verdict: {n} steps with a reward; the check needs at least {MIN_STEPS}"
         return out
     k = window(n)
-    first = [p for p in points[:k]]
+    first = points[:k]
     first_mean = sum(p[1] for p in first) / k
     last_mean = sum(p[1] for p in points[-k:]) / k
     bests = [p[2] for p in first if p[2] is not None]
@@ -74,10 +74,15 @@ def points(history: list[dict]) -> list[tuple[int, float, float | None]]:
     return [(step, mean, best.get(step)) for step, mean in metrics_reader.series(history, "reward")]
 
 
-def run_verdict(output_dir: Path) -> dict:
-    """The verdict over every attempt of the run in output_dir (a resumed run's steps included)."""
+def run_history(output_dir: Path) -> list[dict]:
+    """The metrics history of every attempt of the run in output_dir (a resumed run's steps included; an
+    earlier run's in the same folder left out)."""
     from agentic_rl.runs import attempts, metrics_reader, run_dir
 
     scope = attempts.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
-    history = metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
-    return verdict(points(list(history)))
+    return metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
+
+
+def run_verdict(output_dir: Path) -> dict:
+    """The verdict over every attempt of the run in output_dir."""
+    return verdict(points(list(run_history(output_dir))))

@@ -16,7 +16,7 @@ import pytest
 from agentic_rl import cli
 from agentic_rl.checks import gpu_select
 from agentic_rl.edge import procs
-from agentic_rl.launch import launcher, preflight
+from agentic_rl.launch import launcher, oracle_server, preflight
 from agentic_rl.runs import run_dir
 from conftest import run_script
 from launch_helpers import (
@@ -45,10 +45,15 @@ def fd_targets(pid: int) -> list[str]:
     return targets
 
 
+# One model call that outlasts the test: with SLOW's 5 s, the one-row rehearsal could end (and its gateway
+# with it) before a loaded machine got to read the gateway's descriptors. The test stops the run itself.
+STALLED = {oracle_server.ORACLE_DELAY_ENV: "600"}
+
+
 def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path, runs):
     out = tmp_path / "out"
     proc = run_script("start_training.sh", f"--input-dir={example_task}", "--output-dir", str(out), "--rehearse",
-                      "--sample", "1", "--", "trainer.project_name=h6probe", env=SLOW)
+                      "--sample", "1", "--", "trainer.project_name=h6probe", env=STALLED)
     st = status(out)
     runs.append(st["run_id"])
     assert proc.returncode == 0, proc.stderr
@@ -76,6 +81,7 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
     assert lock in holds, "the job does not hold the lock"
     st = wait_for(lambda: status(out).get("services") and status(out), "services")
     gateway = st["services"]["gateway"]["pid"]
+    assert psutil.pid_exists(gateway), f"the gateway ended mid-rehearsal: {log_text(out)}"
     assert lock not in fd_targets(gateway), "the gateway inherited the lock: it would outlive main.py"
     assert stop(out).returncode == 0
 

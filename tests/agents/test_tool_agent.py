@@ -122,6 +122,22 @@ def test_a_tool_that_ends_its_process_ends_only_the_child(tmp_path):
     assert failed and "exited with code 3" in text
 
 
+@pytest.mark.parametrize("isolation", ["process", "worker"])
+def test_a_tool_killed_from_outside_is_not_called_a_timeout(tmp_path, isolation):
+    """A SIGKILL the agent did not send (the OOM killer's) is named as such, well before the timeout."""
+    (tmp_path / "tools.py").write_text("import os, signal\ndef oom(x: int) -> int:\n    '''Be killed.'''\n"
+                                       "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    fns, _, _ = toolbox.load(tmp_path)
+    worker = toolbox.Worker(fns)
+    try:
+        started = time.monotonic()
+        text, failed = toolbox.call(fns, "oom", {"x": 1}, 30, isolation, worker)
+        assert failed and "was killed by signal SIGKILL (out of memory?" in text, text
+        assert "no result within" not in text and time.monotonic() - started < 20
+    finally:
+        worker.close()
+
+
 def test_the_worker_keeps_state_and_stops_a_tool_stuck_in_c_code(tmp_path):
     """A runaway regex holds the GIL in C: no thread can stop it; the worker's own SIGALRM does (issue 34.9)."""
     (tmp_path / "tools.py").write_text(

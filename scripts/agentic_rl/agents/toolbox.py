@@ -211,12 +211,16 @@ def _in_child(fn: Callable, args: dict, timeout: float) -> tuple[str, bool]:
     return _ended(status, timeout)
 
 
-def _ended(status: int, timeout: float) -> tuple[str, bool]:
+def _ended(status: int, timeout: float, stopped: bool = False) -> tuple[str, bool]:
+    """The model's error for a tool process that ended without a result. Its own SIGALRM, or a SIGKILL the
+    agent sent past the timeout (stopped), is the timeout; a SIGKILL from elsewhere is most often the kernel's OOM killer."""
     from agentic_rl.agents import kit
 
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGALRM, signal.SIGKILL):
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    if sig == signal.SIGALRM or (stopped and sig == signal.SIGKILL):
         return f"error: the tool gave no result within {timeout:g} s and was stopped", True
-    return f"error: the tool's process {kit.ended_how(status)} before it returned", True
+    why = " (out of memory? the kernel's OOM killer sends SIGKILL)" if sig == signal.SIGKILL else ""
+    return f"error: the tool's process {kit.ended_how(status)}{why} before it returned", True
 
 
 def _in_thread(fn: Callable, args: dict, timeout: float) -> tuple[str, bool]:
@@ -280,6 +284,7 @@ class Worker:
 
         if self.pid is None:
             self._start()
+        ready: list = []
         try:
             self._requests.write(json.dumps([name, args, timeout]).encode() + b"\n")
             self._requests.flush()
@@ -290,7 +295,8 @@ class Worker:
         if line:
             text, failed = json.loads(line)
             return text, bool(failed)
-        return _ended(self._stop(), timeout)
+        # An empty line with the pipe ready is the worker's end (a crash, os._exit, OOM), not the timeout.
+        return _ended(self._stop(), timeout, stopped=not ready)
 
     def _stop(self) -> int:
         """End the worker (it may be gone already) and return its waitpid status."""

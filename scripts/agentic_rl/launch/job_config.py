@@ -222,10 +222,8 @@ def resume_plan(user_cfg: dict, overrides: list[str], output_dir: Path, resume: 
         try:
             return checkpoint_files.resume_plan(output_dir, resume_step, not rehearse,
                                                 config_values.effective(user_cfg, "trainer.save_freq"), source)
-        except cli.UserError as exc:
-            if exc.message.startswith("nothing to resume"):
-                raise Failure("config", exc.message) from None
-            raise
+        except checkpoints.NothingToResume as exc:
+            raise Failure("config", exc.message) from None
     if config_values.explicit(user_cfg, overrides, "trainer.resume_mode"):
         return None, None
     refusal = None if rehearse else checkpoints.refuse_fresh_start(output_dir)

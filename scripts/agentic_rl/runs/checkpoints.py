@@ -129,6 +129,10 @@ def saves_no_checkpoints(save_freq: Any) -> bool:
 
 
 
+class NothingToResume(UserError):
+    """--resume where no checkpoint is: the job reports it as a config failure (its own class, not its words)."""
+
+
 def nothing_to_resume(output_dir: Path, save_freq: Any, source: str | None = None) -> UserError:
     """The one answer to --resume without a checkpoint. source: where save_freq was set (None: the default)."""
     ckpt = checkpoints_dir(output_dir)
@@ -136,7 +140,7 @@ def nothing_to_resume(output_dir: Path, save_freq: Any, source: str | None = Non
     cause = (f"{where}trainer.save_freq was {save_freq}{'' if source else ' (the default)'}, so the earlier run "
              "never saved one" if saves_no_checkpoints(save_freq)
              else "no earlier run saved one in this output folder")
-    return UserError(f"nothing to resume: no checkpoint in {ckpt} ({TRACKER} and its global_step_N folder); "
+    return NothingToResume(f"nothing to resume: no checkpoint in {ckpt} ({TRACKER} and its global_step_N folder); "
                      f"{cause}",
                      "start a fresh run without --resume (set trainer.save_freq > 0 to get checkpoints), or pass "
                      "the --output-dir of the run that saved them", EXIT_FAIL)

@@ -245,13 +245,17 @@ def start_controller(logs_dir: Path, gateway: Service, tuning: dict, env: dict) 
 
 
 def wait_healthy(svc: Service, timeout: float) -> bool:
+    """True once the service answers /healthz and holds the port's listening socket itself: a port picked
+    free can be taken by another process's server before ours binds it, and that one may answer too."""
+    from agentic_rl.edge import procs
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if svc.proc.poll() is not None:
             return False
         try:
             with urllib.request.urlopen(f"{svc.url}/healthz", timeout=2) as resp:
-                if resp.status == 200:
+                if resp.status == 200 and procs.listens_on(svc.proc.pid, svc.port):
                     return True
         except (OSError, urllib.error.URLError):
             pass

@@ -103,6 +103,20 @@ def identify(pid: int | None, start_time: float | None, run_id: str | None,
     return True, "ok"
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether pid (or a process below it) holds a listening TCP socket on port: proof that what answers
+    there is the service we started, not another one that took the port between our pick and its bind."""
+    try:
+        root = psutil.Process(pid)
+        for proc in (root, *root.children(recursive=True)):
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                    return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        pass
+    return False
+
+
 def find_processes(name: str, value: str, exclude_pids: Iterable[int] = ()) -> list[psutil.Process]:
     """Every live (non-zombie) process whose environment has name=value (setsid'd ones included)."""
     if not value:

@@ -33,12 +33,13 @@ import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from agentic_rl import llm_judge
+from agentic_rl.edge.json_http import JsonHandler
 
 TOKEN_ENV = "ARL_JUDGE_TOKEN"  # the service's own copy of agents/kit.JUDGE_TOKEN_ENV (edge imports no agent code)
 RETRY_AFTER_MAX_S = 60.0
@@ -260,51 +261,33 @@ class JudgeService:
         """Serve /score on sock (a listening 127.0.0.1 socket), else on a new one, in a thread; returns the URL."""
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
-
-            def _send(self, code: int, obj: Any) -> None:
-                raw = json.dumps(obj).encode()
-                self.close_connection = code != 200  # a refused request's body may be unread: no reuse
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _authorized(self) -> bool:
-                if service.token and self.headers.get("Authorization") != f"Bearer {service.token}":
-                    self._send(401, {"error": "unauthorized"})
-                    return False
-                return True
+        class Handler(JsonHandler):
+            token = service.token or ""
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 if self.path == "/healthz":
-                    self._send(200, {"ok": True})
-                elif self.path == "/stats" and self._authorized():
-                    self._send(200, service.snapshot())
-                elif self.path not in ("/healthz", "/stats"):
-                    self._send(404, {"error": "not found"})
+                    self.send_json(200, {"ok": True})
+                elif self.path == "/stats":
+                    if self.authorized():
+                        self.send_json(200, service.snapshot())
+                else:
+                    self.send_json(404, {"error": "not found"})
 
             def do_POST(self) -> None:  # noqa: N802
                 if self.path != "/score":
-                    self._send(404, {"error": "not found"})
+                    self.send_json(404, {"error": "not found"})
                     return
-                if not self._authorized():
+                if not self.authorized():
                     return
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                    body = self.json_body()
                     prompt, response = body["prompt"], body["response"]
                     if not isinstance(prompt, str) or not isinstance(response, str):
                         raise TypeError("prompt and response must be strings")
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._send(400, {"error": f"bad request: {exc}"})
+                    self.send_json(400, {"error": f"bad request: {exc}"})
                     return
-                self._send(200, service.score(prompt, response, body.get("ground_truth")))
-
-            def log_message(self, *args: Any) -> None:  # one line per judge error is the log
-                pass
+                self.send_json(200, service.score(prompt, response, body.get("ground_truth")))
 
         if sock is None:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import os
 import signal
@@ -34,12 +33,13 @@ import sys
 import threading
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from agentic_rl import mcp_config, task
 from agentic_rl.edge import reaper
+from agentic_rl.edge.json_http import JsonHandler
 
 TOKEN_ENV = "ARL_MCP_TOKEN"
 HOST = "127.0.0.1"
@@ -181,56 +181,37 @@ class Hub:
 # --------------------------------------------------------------------------- the hub process
 
 
-def _handler(hub: Hub, loop: asyncio.AbstractEventLoop, token: str) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
-
-        def log_message(self, *_args) -> None:  # every call would be a line: the log keeps only what went wrong
-            pass
-
-        def _send(self, code: int, body: dict) -> None:
-            raw = json.dumps(body, ensure_ascii=False).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def _allowed(self) -> bool:
-            given = self.headers.get("Authorization", "").removeprefix("Bearer ")
-            if hmac.compare_digest(given.encode(), token.encode()):
-                return True
-            self._send(401, {"error": "unauthorized"})
-            return False
+def _handler(hub: Hub, loop: asyncio.AbstractEventLoop, hub_token: str) -> type:
+    class Handler(JsonHandler):
+        token = hub_token
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path == "/healthz":
-                return self._send(200, {"status": "ok"})
-            if not self._allowed():
+                return self.send_json(200, {"status": "ok"})
+            if not self.authorized():
                 return None
             if self.path == "/tools":
-                return self._send(200, {"tools": hub.listing()})
-            return self._send(404, {"error": "not found"})
+                return self.send_json(200, {"tools": hub.listing()})
+            return self.send_json(404, {"error": "not found"})
 
         def do_POST(self) -> None:  # noqa: N802
-            if not self._allowed():
+            if not self.authorized():
                 return None
             if self.path != "/call":
-                return self._send(404, {"error": "not found"})
+                return self.send_json(404, {"error": "not found"})
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                body = self.json_body()
                 server, name, args = str(body["server"]), str(body["name"]), body.get("arguments") or {}
                 timeout = float(body.get("timeout_s") or 30.0)
             except (ValueError, KeyError, TypeError) as exc:
-                return self._send(400, {"error": f"bad request: {exc}"})
+                return self.send_json(400, {"error": f"bad request: {exc}"})
             future = asyncio.run_coroutine_threadsafe(hub.call(server, name, args, timeout), loop)
             try:
                 text, failed = future.result(timeout + CALL_GRACE_S)
             except Exception as exc:  # noqa: BLE001
                 future.cancel()
                 text, failed = f"error: MCP server {server!r}: {describe_error(exc)}", True
-            return self._send(200, {"text": text, "is_error": failed})
+            return self.send_json(200, {"text": text, "is_error": failed})
 
     return Handler
 

@@ -61,7 +61,9 @@ def test_no_signal_persisting_needs_ten_steps_and_all_of_them():
 
     assert verdict.no_signal_persisting(history(9, lambda s: 8)) is None  # 9 steps: not judged
     assert verdict.no_signal_persisting(history(10, lambda s: 8))["held"] is True
-    assert verdict.no_signal_persisting(history(12, lambda s: 2 if s == 8 else 8))["held"] is False  # one step learned
+    learned = verdict.no_signal_persisting(history(12, lambda s: 2 if s == 8 else 8))
+    assert learned["held"] is False  # one step learned
+    assert learned["steps"] == [3, 12] and learned["shares"] == [1.0] * 5 + [0.25] + [1.0] * 4  # the last ten, in order
 
 
 def test_train_reward_rising_while_validation_falls_is_suspect(tmp_path):

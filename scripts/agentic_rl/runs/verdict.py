@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 
 from agentic_rl.runs import learning_signal
-from agentic_rl.runs.metrics_reader import N_GROUPS, N_ZERO_ADV, key_union, recent
+from agentic_rl.runs.metrics_reader import N_GROUPS, N_ZERO_ADV, from_end, key_union, recent
 from agentic_rl.runs.run_dir import TERMINAL_STATES
 from agentic_rl.runs.validation import Z95
 
@@ -114,16 +114,15 @@ def length_change(history: list[dict], below: float | None = None, above: float 
 def no_signal_persisting(history: list[dict]) -> dict | None:
     """Each of the last NO_SIGNAL_STEPS steps with group counts had most groups at one reward; without
     counts, the reward std was 0 on each. None when fewer steps logged either (not judged)."""
-    shares = []
-    for h in reversed(history) if N_GROUPS in key_union(history) else ():
-        groups, zero = h["data"].get(N_GROUPS), h["data"].get(N_ZERO_ADV)
-        if isinstance(groups, (int, float)) and groups > 0 and isinstance(zero, (int, float)):
-            shares.append((h["step"], zero / groups))
-            if len(shares) == NO_SIGNAL_STEPS:
-                break
+    def zero_share(data: dict) -> float | None:
+        groups, zero = data.get(N_GROUPS), data.get(N_ZERO_ADV)
+        ok = isinstance(groups, (int, float)) and groups > 0 and isinstance(zero, (int, float))
+        return zero / groups if ok else None
+
+    shares = from_end(history, zero_share, NO_SIGNAL_STEPS) if N_GROUPS in key_union(history) else []
     if len(shares) == NO_SIGNAL_STEPS:
         return {"held": all(v > learning_signal.MOSTLY_ZERO for _, v in shares), "source": "training/n_zero_adv_groups",
-                "steps": [shares[-1][0], shares[0][0]], "shares": [round(v, 3) for _, v in reversed(shares)]}
+                "steps": [shares[0][0]["step"], shares[-1][0]["step"]], "shares": [round(v, 3) for _, v in shares]}
     stds = recent(history, "reward_std", NO_SIGNAL_STEPS)
     if len(stds) == NO_SIGNAL_STEPS:
         return {"held": all(abs(v) < 1e-6 for _, v in stds), "source": "reward std",

@@ -21,7 +21,8 @@ From `AgentLightningRayPPOTrainer.init_workers` on, this module stands in:
 
 It records what it saw as JSON under $ARL_FAKE_RECORD_DIR: worker-<pid>.json from every worker
 (its environment), trainer.json from fit (dataloaders, tokenizer, steps, the first gen batch).
-$ARL_FAKE_STEP_S (default 0.2) is the time one fake step takes.
+$ARL_FAKE_STEP_S (default 0.2) is the time one fake step takes; $ARL_FAKE_HOLD_AT_STEP=N makes step N
+never end (the test stops the run there): a known point to look at the run, however loaded the machine.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 RECORD_ENV = "ARL_FAKE_RECORD_DIR"
 STEP_ENV = "ARL_FAKE_STEP_S"
+HOLD_ENV = "ARL_FAKE_HOLD_AT_STEP"
 # What every worker reports of its environment: VERL's runtime-env defaults and the run's own.
 WATCHED_ENV = ("TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "VLLM_LOGGING_LEVEL", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
                "CUDA_DEVICE_MAX_CONNECTIONS", "VLLM_DISABLE_COMPILE_CACHE", "EVO_RUN_ID", "VERL_FILE_LOGGER_PATH")
@@ -145,6 +147,8 @@ def fake_train_step(self, timing_raw: dict, curr_step_profile: bool):
     step_s = float(os.environ.get(STEP_ENV, "0.2"))
     gen_batch = self._get_gen_batch(DataProto.from_single_dict(self._next_train_batch_dict()))
     time.sleep(step_s)  # the rollout and the update happen here on a GPU
+    while str(self.global_steps) == os.environ.get(HOLD_ENV):
+        time.sleep(1.0)  # held until the run is stopped
     return _fake_metrics(self.global_steps, step_s), gen_batch
 
 

@@ -75,7 +75,8 @@ def make_task(tmp_path: Path) -> Path:
 
 
 def start(task: Path, out: Path, record: Path, step_s: float, *extra: str, python: Path = VERL_PY,
-          overrides: list[str] = FAKE_OVERRIDES, wait_s: float = 1, ray_tmp: Path | None = None):
+          overrides: list[str] = FAKE_OVERRIDES, wait_s: float = 1, ray_tmp: Path | None = None,
+          hold_at: int | None = None):
     # --gpus 0 on this GPU-less machine: the launcher's driver check reads the faked NVML (one H200).
     nvml = fake_nvml_env()
     env = {**nvml, "PYTHON": str(python), "PYTHONPATH": os.pathsep.join((nvml["PYTHONPATH"], str(TESTS))),
@@ -83,6 +84,8 @@ def start(task: Path, out: Path, record: Path, step_s: float, *extra: str, pytho
            "ARL_FAKE_STEP_S": str(step_s), "ARL_START_WAIT_S": str(wait_s), **RAY_ENV}
     if ray_tmp is not None:
         env["RAY_TMPDIR"] = str(ray_tmp)
+    if hold_at is not None:
+        env["ARL_FAKE_HOLD_AT_STEP"] = str(hold_at)
     return run_script("start_training.sh", "--input-dir", str(task), "--output-dir", str(out), "--gpus", "0",
                       *extra, "--", *overrides, env=env, timeout=180)
 
@@ -148,10 +151,10 @@ def test_train_path_up_to_the_gpu_fresh_stop_resume_and_nothing_left(verl_venv, 
     train_rows = [json.loads(line) for line in (task / "train.jsonl").read_text().splitlines()]
     keys: list[str] = []
 
-    # --- A: fresh start, 5 s per fake step (the checks below must end within step 3, on a loaded machine
-    # too); checked while running, stopped during the fake fit.
+    # --- A: fresh start, 5 s per fake step, held in step 3 (so the checks below see it running however
+    # loaded the machine); checked while running, stopped during the fake fit.
     rec_a = tmp_path / "rec-a"
-    started = start(task, out, rec_a, 5.0, ray_tmp=ray_tmp)
+    started = start(task, out, rec_a, 5.0, ray_tmp=ray_tmp, hold_at=3)
     assert started.returncode == 0, started.stderr
     st = status(out)
     run_ids.append(st["run_id"])

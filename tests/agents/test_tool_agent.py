@@ -138,6 +138,29 @@ def test_a_tool_killed_from_outside_is_not_called_a_timeout(tmp_path, isolation)
         worker.close()
 
 
+def test_a_worker_killed_between_calls_is_not_called_a_timeout(tmp_path):
+    """The OOM killer takes the idle worker: the next call finds the request pipe broken, and says so."""
+    import os
+    import signal
+
+    import psutil
+
+    (tmp_path / "tools.py").write_text("def ok(x: int) -> int:\n    '''Fine.'''\n    return x\n")
+    fns, _, _ = toolbox.load(tmp_path)
+    worker = toolbox.Worker(fns)
+    try:
+        assert toolbox.call(fns, "ok", {"x": 1}, 30, "worker", worker) == ("1", False)
+        os.kill(worker.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.Process(worker.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the kernel has ended it: the pipe's reader is gone
+        text, failed = toolbox.call(fns, "ok", {"x": 2}, 30, "worker", worker)
+        assert failed and "was killed by signal SIGKILL (out of memory?" in text and "no result within" not in text
+        assert toolbox.call(fns, "ok", {"x": 3}, 30, "worker", worker) == ("3", False)  # a fresh worker
+    finally:
+        worker.close()
+
+
 def test_the_worker_keeps_state_and_stops_a_tool_stuck_in_c_code(tmp_path):
     """A runaway regex holds the GIL in C: no thread can stop it; the worker's own SIGALRM does (issue 34.9)."""
     (tmp_path / "tools.py").write_text(

@@ -284,19 +284,19 @@ class Worker:
 
         if self.pid is None:
             self._start()
-        ready: list = []
+        timed_out = False  # only a worker that gave no answer in time is the timeout; one that died is not
         try:
             self._requests.write(json.dumps([name, args, timeout]).encode() + b"\n")
             self._requests.flush()
             ready, _, _ = select.select([self._results], [], [], timeout + STOP_GRACE_S)
+            timed_out = not ready
             line = self._results.readline() if ready else b""
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # the request pipe broke: the worker was already gone
             line = b""
         if line:
             text, failed = json.loads(line)
             return text, bool(failed)
-        # An empty line with the pipe ready is the worker's end (a crash, os._exit, OOM), not the timeout.
-        return _ended(self._stop(), timeout, stopped=not ready)
+        return _ended(self._stop(), timeout, stopped=timed_out)
 
     def _stop(self) -> int:
         """End the worker (it may be gone already) and return its waitpid status."""

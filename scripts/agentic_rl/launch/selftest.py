@@ -136,7 +136,7 @@ def run(input_dir: Path, output_dir: Path, gpus: str | None = None, timeout_s: f
               "reason": final.get("reason"), "wall_s": round(wall, 1),
               "s_per_step": round(sum(times) / len(times), 2) if times else None,
               "rewards": [[s, round(v, 4)] for s, v in metrics_reader.series(history, "reward")],
-              "model": model, "verdict": learning_curve.verdict(learning_curve.points(list(history))),
+              "model": model, "verdict": learning_curve.run_verdict(output_dir, history),
               "command": " ".join(argv)}
     return report
 

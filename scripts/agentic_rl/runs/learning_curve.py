@@ -83,6 +83,7 @@ def run_history(output_dir: Path) -> list[dict]:
     return metrics_reader.load_history(output_dir, None if scope is None else scope["attempts"])
 
 
-def run_verdict(output_dir: Path) -> dict:
-    """The verdict over every attempt of the run in output_dir."""
-    return verdict(points(list(run_history(output_dir))))
+def run_verdict(output_dir: Path, history: list[dict] | None = None) -> dict:
+    """The verdict over every attempt of the run in output_dir; history: run_history(output_dir), when the
+    caller has read it already."""
+    return verdict(points(list(run_history(output_dir) if history is None else history)))

@@ -18,6 +18,7 @@ START = SCRIPTS / "start_training.sh"
 
 
 SLOW = {oracle_server.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the test
+STALLED = {oracle_server.ORACLE_DELAY_ENV: "600"}  # the run stays alive until the test stops it
 
 
 

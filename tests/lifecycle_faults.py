@@ -24,9 +24,7 @@ from agentic_rl.edge import procs
 from agentic_rl.launch import oracle_server
 from agentic_rl.runs import run_dir
 from conftest import run_module, run_script
-from launch_helpers import wait_for
-
-SLOW = {oracle_server.ORACLE_DELAY_ENV: "5"}  # each model call takes 5 s: the rehearsal outlives the fault
+from launch_helpers import SLOW, STALLED, wait_for
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ def folder_deleted_and_a_new_start_at_its_path(h: Harness) -> None:
 
 def status_truncated_while_live(h: Harness) -> None:
     # No rollout ends while the damage is checked: the job rewrites its whole record as rollouts end.
-    st = h.started(env={oracle_server.ORACLE_DELAY_ENV: "600"})
+    st = h.started(env=STALLED)
     path = h.out / run_dir.STATUS_FILE
     path.write_text(path.read_text()[:40])
     checked, envelope = h.check()

@@ -12,18 +12,14 @@ import sys
 import threading
 
 from agentic_rl.edge import agl, procs
+from agentic_rl.edge.json_http import JsonHandler
 
 
-class _AlwaysOk(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - the stdlib's name
-        body = b'{"status": "ok"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Squatter(JsonHandler):
+    """Another server on the port, healthy as our own hub is."""
 
-    def log_message(self, *_args):
-        pass
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        self.send_json(200, {"status": "ok"})
 
 
 def test_listens_on_names_only_the_holder_of_the_listening_socket():
@@ -44,7 +40,7 @@ def test_listens_on_names_only_the_holder_of_the_listening_socket():
 
 
 def test_the_gateway_skips_a_port_whose_answer_comes_from_another_server(tmp_path, monkeypatch):
-    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AlwaysOk)
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
     threading.Thread(target=squatter.serve_forever, daemon=True).start()
     taken = squatter.server_address[1]
     picks = iter([taken])

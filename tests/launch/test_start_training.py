@@ -16,11 +16,12 @@ import pytest
 from agentic_rl import cli
 from agentic_rl.checks import gpu_select
 from agentic_rl.edge import procs
-from agentic_rl.launch import launcher, oracle_server, preflight
+from agentic_rl.launch import launcher, preflight
 from agentic_rl.runs import run_dir
 from conftest import run_script
 from launch_helpers import (
     SLOW,
+    STALLED,
     START,
     carriers,
     log_text,
@@ -43,11 +44,6 @@ def fd_targets(pid: int) -> list[str]:
         except FileNotFoundError:
             pass
     return targets
-
-
-# One model call that outlasts the test: with SLOW's 5 s, the one-row rehearsal could end (and its gateway
-# with it) before a loaded machine got to read the gateway's descriptors. The test stops the run itself.
-STALLED = {oracle_server.ORACLE_DELAY_ENV: "600"}
 
 
 def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path, runs):

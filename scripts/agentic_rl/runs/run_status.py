@@ -191,14 +191,15 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
     recent = sample_reader.read(output_dir, recent_only=True)
     signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
     audit = judge_view.view(st.get("judge_audit") or (rehearsal or {}).get("judge_audit"))
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, (rehearsal or {}).get("rollouts")), recent, scope,
+    mine = scoped(recent, scope)
+    flags = (with_sample_flags(run_health.flags(history, judge_errors, (rehearsal or {}).get("rollouts")), mine,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
                                st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
              + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
              + judge_view.flags(audit))
-    mine = scoped(recent, scope)
     return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
-            "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit, "flags": flags,
+            "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit,
+            "flags": flags,
             "stall": run_health.stall(history, st, log, alive),
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
 
@@ -296,11 +297,11 @@ def scoped(found: list[dict], scope: dict | None) -> list[dict]:
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
-def with_sample_flags(flags: list[dict], recent: list[dict], scope: dict | None = None,
-                      groups_logged: bool = False) -> list[dict]:
+def with_sample_flags(flags: list[dict], samples: list[dict], groups_logged: bool = False) -> list[dict]:
+    """flags plus what the run's samples (already scoped to it) show that the metrics have not flagged."""
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
     known = groups_logged or any(f["flag"] == "no_signal" for f in flags)  # judged from the metrics already
-    return flags + run_health.sample_flags(scoped(recent, scope), judged, known)
+    return flags + run_health.sample_flags(samples, judged, known)
 
 
 def collect_samples(output_dir: Path, args) -> dict:

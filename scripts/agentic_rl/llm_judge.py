@@ -150,8 +150,8 @@ def load(input_dir: str | os.PathLike) -> tuple[dict | None, list[Problem], list
 
 def api_key(spec: dict, env: Any = None) -> tuple[str | None, Problem | None]:
     """(the key from the variable api_key_env names, or None without api_key_env; a Problem (exit 3) when the
-    variable is not set. The variable is looked up in env (default os.environ), then among the keys this process
-    took out of it (take_key)."""
+    variable is not set, or holds what no key does (key_flaw: its words never quote the key)). The variable is
+    looked up in env (default os.environ), then among the keys this process took out of it (take_key)."""
     name = spec.get("api_key_env")
     if not name:
         return None, None
@@ -159,7 +159,35 @@ def api_key(spec: dict, env: Any = None) -> tuple[str | None, Problem | None]:
     if not value:
         return None, Problem("api_key_env", f"the environment variable {name} (judge.json api_key_env) is not set",
                              f"export {name}=<the judge endpoint's key> in the shell that runs the command", 3)
+    flaw = key_flaw(value)
+    if flaw:
+        return None, Problem("api_key_env", f"the environment variable {name} (judge.json api_key_env) {flaw}",
+                             f"set {name} to the key alone, e.g. export {name}=\"$(tr -d '\\r\\n' < KEY_FILE)\" "
+                             "(a key has no spaces, line ends or other control characters)", 3)
     return value, None
+
+
+def key_flaw(value: str) -> str | None:
+    """What makes a key unusable in an HTTP header, in words that never quote it (None when it is fine).
+
+    >>> key_flaw("sk-abc\\r")
+    'ends in a carriage return: a key file saved with Windows line endings?'
+    >>> key_flaw("sk-abc"), key_flaw(" sk"), key_flaw("sk-\\u00e9t\\u00e9"), key_flaw("s k")
+    (None, 'starts with a space', 'holds a non-ASCII character (its character 4)', 'holds a space (its character 2)')
+    """
+    ends = {"\r": "a carriage return: a key file saved with Windows line endings?",
+            "\n": "a newline: a key file read with its line end?", " ": "a space", "\t": "a tab"}
+    if value[-1] in ends:
+        return f"ends in {ends[value[-1]]}"
+    if value[0] in ends:
+        return f"starts with {ends[value[0]]}"
+    for i, ch in enumerate(value, 1):
+        if ch in ends or ord(ch) < 32 or ord(ch) == 127:
+            what = ends[ch].split(":")[0] if ch in ends else f"a control character (U+{ord(ch):04X})"
+            return f"holds {what} (its character {i})"
+        if ord(ch) > 126:
+            return f"holds a non-ASCII character (its character {i})"
+    return None
 
 
 _held: dict[str, str] = {}  # keys taken out of this process's environment, by variable name

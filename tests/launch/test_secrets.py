@@ -8,9 +8,12 @@ nor the judge's API key, nor the judge service's or the hub's token may be found
 from __future__ import annotations
 
 import json
+import os
 import secrets
 
+import pytest
 import secret_probe
+import validate_data
 from agentic_rl.runs import run_dir
 from conftest import ROOT, copy_example
 from judge_server import KEY_ENV, JudgeServer
@@ -64,3 +67,48 @@ def test_no_tool_finds_a_secret_of_the_run_up_its_process_tree(tmp_path, run_fol
     assert leaks == [], "\n".join(leaks)
     assert_run_gone(st)
 
+
+# --------------------------------------------------------------------------- a key with a stray character (item 3)
+
+FLAWS = [("\r", "ends in a carriage return: a key file saved with Windows line endings?"),
+         ("\n", "ends in a newline"), (" ", "ends in a space"), ("x y", "holds a space"),
+         ("\u00e9", "holds a non-ASCII character"), ("\x07", "holds a control character (U+0007)")]
+
+
+def flawed(tmp_path, flaw: str) -> tuple:
+    """A task folder whose judge.json names KEY_ENV, and a key (its body never to be shown) with the flaw."""
+    task = copy_example(tmp_path, train_rows=2, test_rows=2)
+    (task / "judge.py").unlink()
+    (task / "judge.json").write_text(json.dumps({"type": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "judge",
+                                                 "rubric": "Reply with <score>N</score>, N from 0 to 10.",
+                                                 "api_key_env": KEY_ENV}))
+    body = secrets.token_hex(12)
+    key = f"sk-{body}{flaw}" if flaw in ("\r", "\n", " ") else f"sk-{body[:8]}{flaw}{body[8:]}"
+    return task, key, body
+
+
+@pytest.mark.parametrize(("flaw", "said"), FLAWS)
+def test_validate_data_names_a_flawed_key_and_never_shows_it(tmp_path, capsys, monkeypatch, flaw, said):
+    task, key, body = flawed(tmp_path, flaw)
+    monkeypatch.setenv(KEY_ENV, key)
+    for extra in ([], ["--json"]):
+        assert validate_data.main([str(task), "--sample", "1", *extra]) == 3
+        out, err = capsys.readouterr()
+        assert body[:8] not in out + err and body[8:] not in out + err
+        text = json.loads(out)["error"]["message"] if extra else err
+        assert f"the environment variable {KEY_ENV} (judge.json api_key_env) {said}" in text, text
+    assert "Hint: set ARL_TEST_JUDGE_KEY to the key alone" in err
+    assert os.environ[KEY_ENV] == key  # the caller's environment is its own again
+
+
+def test_start_training_names_a_flawed_key_and_never_shows_it(tmp_path):
+    for flaw, said in FLAWS:
+        task, key, body = flawed(tmp_path / f"f{FLAWS.index((flaw, said))}", flaw)
+        started = launch(task, tmp_path / "out", "--rehearse", env={KEY_ENV: key})
+        assert started.returncode == 3, started.stderr
+        assert f"Error: {task / 'judge.json'}:api_key_env: the environment variable {KEY_ENV} (judge.json " \
+               f"api_key_env) {said}" in started.stderr and "internal error" not in started.stderr, started.stderr
+        shown = started.stdout + started.stderr + "".join(
+            p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
+        assert body[:8] not in shown and body[8:] not in shown
+    assert not (tmp_path / "out" / run_dir.STATUS_FILE).exists()  # refused before any job started

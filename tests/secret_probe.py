@@ -6,7 +6,9 @@ task folder, so it imports nothing of the test's): it walks from its own process
 one's environ, cmdline and every descriptor it can open (pipes and files, read without blocking); it reads the
 environ and cmdline of every other process of its run (EVO_RUN_ID); then it tries every token-like string it
 found as the bearer of the run's gateway, judge service and MCP hub (their URLs are in training.status, which
-any process of the run can read), and writes all of it to REPORT_DIR/LABEL-PID-N.json.
+any process of the run can read), and writes all of it to REPORT_DIR/LABEL-PID-N.json. attack=False skips the
+tries; pipes=False reads no pipe (a read takes what the pipe's reader was to get: harmless to a rehearsal's log
+pipes, maybe not to all of Ray's in a training run).
 
     report = look_around("/tmp/found", "tools.py")
     report["accepted"]     # [{"service": "gateway", "token": "..."}] when a found string opened a service
@@ -22,7 +24,7 @@ from pathlib import Path
 SECRET_NAMES = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN", "ARL_JUDGE_TOKEN", "ARL_JUDGE_URL")
 
 
-def look_around(report_dir: str, label: str) -> dict:
+def look_around(report_dir: str, label: str, attack: bool = True, pipes: bool = True) -> dict:
     import json
     import os
     import re
@@ -38,7 +40,7 @@ def look_around(report_dir: str, label: str) -> dict:
             return None
         try:
             mode = os.fstat(fd).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            if not (stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode))):
                 return None
             return os.read(fd, limit).decode("utf-8", "replace")
         except OSError:
@@ -98,7 +100,7 @@ def look_around(report_dir: str, label: str) -> dict:
     except (OSError, ValueError, KeyError):
         pass
     accepted, tried = [], 0
-    for service, url in services.items():
+    for service, url in services.items() if attack else ():
         if not url.startswith("http"):
             continue
         for token in sorted(found)[:3000]:
@@ -192,3 +194,29 @@ def findings(report: dict, values: dict[str, str]) -> list[str]:
                 out += [f"{where}: {name} in its {part}" for name in SECRET_NAMES if f'"{name}"' in text]
     out += [f"{a['service']} accepted a token the tool found" for a in report["accepted"]]
     return out
+
+
+def secret_in_memory(pid: int, name: str = "ARL_AGL_KEY") -> str | None:
+    """A secret a live process of the run holds in its os.environ (set there from its pipe: handover.py), read
+    from its memory as root reads it: the C environment's "NAME=value" string on the heap. What a test needs to
+    prove the run writes the key nowhere, now that no environment shows it; None when unreadable or absent."""
+    import re
+
+    pattern = re.compile(re.escape(name.encode()) + rb"=([A-Za-z0-9_\-]{16,128})\x00")
+    try:
+        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            for line in maps:
+                fields = line.split()
+                if not fields[1].startswith("rw") or (len(fields) > 5 and fields[5].startswith("/dev/")):
+                    continue
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                try:
+                    mem.seek(start)
+                    found = pattern.search(mem.read(end - start))
+                except (OSError, OverflowError, ValueError):
+                    continue
+                if found:
+                    return found.group(1).decode()
+    except OSError:
+        return None
+    return None

@@ -68,6 +68,54 @@ def test_no_tool_finds_a_secret_of_the_run_up_its_process_tree(tmp_path, run_fol
     assert_run_gone(st)
 
 
+USERS_AGENT = '''
+import json, os
+
+from agentic_rl.agents import kit
+
+
+class Mine:
+    """A user's agent_class, as references/agents.md describes it: the key in os.environ, kit for the rest."""
+
+    def run(self):
+        with open("/proc/self/environ", "rb") as fh:
+            exec_env = [entry.split(b"=", 1)[0].decode() for entry in fh.read().split(b"\\0") if entry]
+        names = {"AGL_KEY", "ARL_AGL_KEY", "ARL_JUDGE_URL", "ARL_JUDGE_TOKEN"}
+        seen = {"environ": sorted(n for n in names if os.environ.get(n)), "exec_env": sorted(set(exec_env) & names)}
+        with open(REPORT, "a") as fh:
+            fh.write(json.dumps(seen) + "\\n")
+        kit.main(lambda r: r.chat(r.messages()).get("content") or "")
+'''
+
+
+def test_a_users_own_agent_still_reaches_the_gateway_and_the_judge(tmp_path, run_folders):
+    """agent.json agent_class: the class finds AGL_KEY (and the judge service's URL and token) in os.environ, as
+    the agent contract says, though none is in its process's environment; kit.main scores through the run's judge
+    service and posts the reward, which the gateway takes."""
+    key = "sk-" + secrets.token_hex(20)
+    out, report = tmp_path / "out", tmp_path / "seen.jsonl"
+    run_folders.append(out)
+    task = copy_example(tmp_path, train_rows=4, test_rows=2)
+    (task / "judge.py").unlink()
+    (task / "my_agent.py").write_text(f"REPORT = {str(report)!r}\n" + USERS_AGENT)
+    agent = json.loads((task / "agent.json").read_text())
+    (task / "agent.json").write_text(json.dumps({**agent, "agent_class": "my_agent:Mine"}))
+    with JudgeServer(key=key) as srv:
+        (task / "judge.json").write_text(json.dumps({
+            "type": "llm", "base_url": srv.url, "model": "judge", "api_key_env": KEY_ENV,
+            "rubric": "Grade the response against the reference answer. Reply with <score>N</score>, N from 0 to 10."}))
+        started = launch(task, out, "--rehearse", env={KEY_ENV: key})
+        assert started.returncode == 0, started.stderr
+        st = wait_done(out)
+    assert st["status"] == "completed", st
+    rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text())
+    assert rep["rollouts"] == 2 and rep["mean_reward"] == 1.0 and rep["judge_errors"] == 0, rep
+    seen = [json.loads(line) for line in report.read_text().splitlines()]
+    assert seen == [{"environ": ["AGL_KEY", "ARL_JUDGE_TOKEN", "ARL_JUDGE_URL"], "exec_env": []}] * 2, seen
+    assert srv.auth == {f"Bearer {key}"} and len(srv.requests) >= 2
+    assert_run_gone(st)
+
+
 # --------------------------------------------------------------------------- a key with a stray character (item 3)
 
 FLAWS = [("\r", "ends in a carriage return: a key file saved with Windows line endings?"),

@@ -14,9 +14,9 @@ A custom agent (agent.json `agent_class`) is about 20 lines with it (references/
             return reply.get("content") or ""
 
 kit.main builds a Rollout from the environment the controller sets (ARL_ROW, ARL_INPUT_DIR,
-AGL_OPENAI_BASE_URL, AGL_EVENT_URL...) and the secrets it hands over through a pipe (AGL_KEY...), calls solve, scores its answer with judge.py
-(in a forked child: a judge that exits or crashes is a judge error, reward 0) and posts ONE
-`reward` event whose data says what happened:
+AGL_OPENAI_BASE_URL, AGL_EVENT_URL...) and the secrets it hands over through a pipe (AGL_KEY...),
+calls solve, scores its answer with judge.py (in a forked child: a judge that exits or crashes is a
+judge error, reward 0) and posts ONE `reward` event whose data says what happened:
 
     {"value": 1.0, "reason": null | "why the reward is 0", "failure": null | "model_endpoint" |
      "judge" | "tool" | "agent", "model_calls": 3, "tool_calls": 2, "tool_errors": 0, "turns": 3,

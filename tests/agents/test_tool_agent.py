@@ -390,3 +390,39 @@ def test_the_custom_agent_of_examples_md_rehearses_its_tool_loop(tool_task, tmp_
     assert rep["mean_reward"] == 1.0 and rep["tool_calls"] == sum(r["tool_calls"] for r in rep["rows"]) > 0
     # agent.json's agent_class wins over tools.py (which it imports itself)
     assert "agent_class: agentic_rl.agents.template:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()
+
+
+def test_a_tool_task_rehearsed_without_its_oracle_file_says_the_oracle_could_not_earn_the_reward(tool_task, tmp_path,
+                                                                                                  runs):
+    """The oracle answers with the ground truth and no tool call; the tool example's judge pays nothing without
+    one. The rehearsal still runs the path, but it must say why every reward is 0 and name --oracle FILE, and
+    never advise exporting a checkpoint it does not have."""
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs)
+    assert st["status"] == "completed", log_text(out)
+    assert rep["mean_reward"] == 0.0 and rep["tool_calls"] == 0
+    finding = {f["flag"]: f for f in rep["findings"]}["oracle_unrewarded"]
+    assert "--oracle FILE" in finding["hint"] and "tool" in finding["message"]
+    assert "every row right" not in rep["learning_signal"]["message"]
+    assert "oracle_unrewarded" in log_text(out) and "--oracle FILE" in log_text(out)
+    proc = check_status_json(out)
+    flags = {f["flag"]: f for f in proc["data"]["flags"]}
+    assert "--oracle FILE" in flags["oracle_unrewarded"]["hint"]
+    verdict = proc["data"]["verdict"]
+    assert verdict["verdict"] == "finished" and "export" not in verdict["action"], verdict
+    assert "--oracle FILE" in verdict["action"]
+    table = run_check_status(out)
+    assert "oracle_unrewarded" in table and "export" not in table.split("verdict", 1)[-1].lower()
+
+
+def check_status_json(out: Path) -> dict:
+    from conftest import run_script
+
+    proc = run_script("check_status.py", "--output-dir", str(out), "--json")
+    return json.loads(proc.stdout)
+
+
+def run_check_status(out: Path) -> str:
+    from conftest import run_script
+
+    return run_script("check_status.py", "--output-dir", str(out)).stdout

@@ -417,6 +417,7 @@ class Run:
                                planned["rollouts"])
         rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
                                                          self.oracle is not None)
+        rep["findings"] = rehearsal.findings(rep, bool(self.args.oracle), self.tool_source())
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
         try:
             if self.args.write_filtered and rep["learning_signal"]["measured"]:
@@ -432,9 +433,19 @@ class Run:
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors{tools} -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
+        for finding in rep["findings"]:
+            log(f"{finding['flag']}: {finding['message']} -- {finding['hint']}")
         problem = rehearsal.verdict(rep, scripted=bool(self.args.oracle))  # a failed rollout, no reward, a tool bug
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
+
+    def tool_source(self) -> str | None:
+        """Where the task's tools come from (tools.py, else agent.json's mcp_servers), or None without tools."""
+        from agentic_rl import mcp_config
+
+        if (self.input_dir / "tools.py").is_file():
+            return "tools.py"
+        return mcp_config.KEY if mcp_config.declared(task.load_agent_config(self.input_dir)) else None
 
     def write_stopped_report(self, rep: dict) -> None:
         """A rehearsal stopped by its failures still leaves its own rehearsal.json (best effort: the failure

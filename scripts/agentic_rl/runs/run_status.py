@@ -196,12 +196,19 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
                                st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
              + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
-             + judge_view.flags(audit))
+             + rehearsal_flags(rehearsal) + judge_view.flags(audit))
     return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
             "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit,
             "flags": flags,
             "stall": run_health.stall(history, st, log, alive),
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
+
+
+def rehearsal_flags(rehearsal: dict | None) -> list[dict]:
+    """What a completed rehearsal did not prove (rehearsal.findings: the oracle earned nothing, the tool loop
+    never ran), as flags."""
+    return [{"flag": f["flag"], "step": None, "value": f.get("value"), "message": f["message"], "hint": f["hint"]}
+            for f in (rehearsal or {}).get("findings") or []]
 
 
 def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False) -> list[dict]:

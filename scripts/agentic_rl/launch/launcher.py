@@ -28,7 +28,7 @@ from pathlib import Path
 
 from agentic_rl import cli, files, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
-from agentic_rl.launch import preflight
+from agentic_rl.launch import forecast_gate, preflight
 from agentic_rl.launch.launch_args import build_parser, check_args, ray_address
 from agentic_rl.runs import run_card, run_dir
 
@@ -163,6 +163,15 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     if not args.rehearse and args.cpu_steps is None and not cluster:
         preflight.check_driver()
     run_id = run_dir.new_run_id()
+    forecast, why_none = None, forecast_gate.no_forecast(args)
+    if why_none is None and not cluster:
+        forecast = forecast_gate.make(args, input_dir, output_dir, overrides)
+        if forecast is not None:
+            print(forecast_gate.summary_text(forecast))
+            from agentic_rl.launch import budget
+
+            forecast_gate.check_budget(forecast, budget.parse_hours(args.max_hours), args.force_budget)
+    forecast_gate.record(output_dir, run_id, forecast, why_none or (None if forecast else "no forecast could be made"))
     mode = "rehearse" if args.rehearse else "train"
     shown_mode = f"train on CPU, {args.cpu_steps} steps" if args.cpu_steps is not None else mode
     log_path = output_dir / run_dir.LOG_FILE
@@ -202,6 +211,8 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, shown_mode, gpus, output_dir, address if cluster else None)
+    if why_none:
+        print(f"forecast: {why_none}")
     if args.cpu_steps is not None:
         print(cpu_changes_text(output_dir))
     print_judge_audit(output_dir, input_dir)

@@ -10,7 +10,9 @@ sends the endpoint one chat request per answer: the rubric as the system message
 prompt, the reference answer (the row's ground_truth) and the response, each inside its tag with <, >
 and & escaped, so a response cannot close its tag. The reply must hold exactly one
 `<score>N</score>` (N a number from 0 to max_score; the same value twice counts once): the reward is
-N / max_score. Anything else is a judge error: reward 0 with the raw reply, escaped, in the reason.
+N / max_score. Anything else (a reply over reply_limit's bytes included) is a judge error: reward 0
+with the raw reply, escaped, in the reason. cache_key is what decides an answer: the URL, the key's
+variable and the whole request.
 The API key is read from the environment variable api_key_env names, by the judge service only.
 
 Standard library only; this module is the contract, what checks it and what serves it live elsewhere:

@@ -18,7 +18,8 @@ Faults (srv.faults, one per request; or srv.fault_all, every request): "429" (Re
 which may be one that does not parse), "500"/"502"/"503", "garbage" (not JSON), "delay:S", "trickle"
 (the whole response, status line first, one byte every srv.trickle_s), "huge" (a 200 reply of
 srv.huge_bytes with its Content-Length), "huge_stream" (as many bytes with no length, the connection
-closed at the end), "nested" (a 200 reply of JSON nested srv.nesting deep). srv.sent counts the bytes
+closed at the end), "nested" (a 200 reply of JSON nested srv.nesting deep); srv.trickle_get makes
+GET /models trickle. srv.sent counts the bytes
 the huge replies got out before the client stopped reading.
 """
 
@@ -53,6 +54,7 @@ class JudgeServer:
         self.key, self.mode = key, mode
         self.faults: list[str] = []
         self.fault_all: str | None = None
+        self.trickle_get = False  # GET /models (the reachability check) trickles too
         self.trickle_s = 1.0
         self.huge_bytes = 100 << 20
         self.nesting = 100_000
@@ -82,7 +84,11 @@ class JudgeServer:
                 self.wfile.write(raw)
 
             def do_GET(self):  # noqa: N802 (http.server's naming)
-                self.send(200, {"object": "list", "data": [{"id": "judge", "object": "model"}]})
+                listing = {"object": "list", "data": [{"id": "judge", "object": "model"}]}
+                if srv.trickle_get:
+                    srv._trickle(self, listing)
+                else:
+                    self.send(200, listing)
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))

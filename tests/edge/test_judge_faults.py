@@ -53,6 +53,9 @@ def test_a_reply_that_trickles_ends_at_timeout_s_in_all():
         assert out["reward"] == 0.0 and out["reason"].endswith("after 2 attempts (last: timed out after 1 s)"), out
         assert seconds < 4.0, seconds
         assert judge_service.reachable(spec_for(srv.url, timeout_s=1), None) is None  # GET /models does not trickle
+        srv.trickle_get = True  # now it does: the reachability check ends at its timeout too
+        why, seconds = timed(judge_service.reachable, spec_for(srv.url, timeout_s=1), None)
+        assert why == "no answer within the timeout" and seconds < 3.0, (why, seconds)
 
 
 def test_close_ends_a_call_in_flight_at_once():

@@ -123,15 +123,16 @@ def audit_rows(input_dir: Path, n: int = AUDIT_ROWS) -> list[tuple[str, dict]]:
     return out
 
 
-def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None) -> dict:
-    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run."""
+def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+          schemas: list[dict] | None = None) -> dict:
+    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run.
+    schemas: the tools the agent offers when the run already knows them (its MCP servers'), else tools.py's."""
     from agentic_rl import oracle_turns
     from agentic_rl.checks import agent_rules, judge_findings, judge_llm, judge_probe
 
     samples = audit_rows(input_dir)
     script = oracle_turns.load(oracle) if oracle else None
-    schemas = None
-    if (input_dir / "tools.py").is_file():
+    if schemas is None and (input_dir / "tools.py").is_file():
         schemas = agent_rules.probe_tools(input_dir, AUDIT_TIMEOUT_S).get("schemas")
     if svc is not None:
         spec = llm_judge.load(input_dir)[0]
@@ -171,8 +172,9 @@ def summary_line(summary: dict) -> str:
 class AuditThread:
     """audit() in a thread beside the services' start; result() waits for it (never raises)."""
 
-    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None):
-        self._args = (input_dir, allowed, oracle, svc)
+    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+                 schemas: list[dict] | None = None):
+        self._args = (input_dir, allowed, oracle, svc, schemas)
         self._out: dict = {}
         self._thread = threading.Thread(target=self._run, name="judge-audit", daemon=True)
         self._thread.start()

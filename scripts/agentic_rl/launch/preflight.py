@@ -1,8 +1,8 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
 O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
 --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
-against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
-(its fields, its key's variable, an endpoint that answers).
+against the installed torch's CUDA build, a joined Ray cluster's placement, an LLM judge's judge.json
+(its fields, its key's variable, an endpoint that answers), and a tool name published twice (MCP servers, tools.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from agentic_rl.runs import checkpoints, liveness, run_dir
 
 GPU_KEY = "trainer.n_gpus_per_node"
 FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+TOOL_PROBE_TIMEOUT_S = 30.0  # importing tools.py for the tool-name clash check (validate_data's default)
 
 
 
@@ -265,6 +266,22 @@ def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:
     if unknown:
         cli.print_warning(f"--oracle {path}: {len(unknown)} of its {len(script)} ids match no row of train.jsonl or "
                           f"test.jsonl ({shown}): those lines are never played")
+
+def check_tool_clash(input_dir: Path) -> None:
+    """Exit 1 when a tool name is published twice (two MCP servers, or a server and tools.py), as validate_data
+    refuses it: the model would be offered two schemas with one name. A broken agent.json is the job's to name."""
+    from agentic_rl.checks import task_tools
+
+    try:
+        agent = task.load_agent_config(input_dir)
+    except UserError:
+        return
+    clashes = task_tools.tool_clashes(input_dir, agent, TOOL_PROBE_TIMEOUT_S)
+    if clashes:
+        first = clashes[0]
+        raise UserError(f"{input_dir / first.where}: {first.message}", f"{first.hint}; then validate again: python "
+                        f"scripts/validate_data.py {shlex.quote(str(input_dir))}", EXIT_FAIL)
+
 
 def check_judge(input_dir: Path, output_dir: Path | None = None) -> None:
     """An LLM judge (judge.json), before any rollout: a bad field is exit 1 naming it, a key variable that is not

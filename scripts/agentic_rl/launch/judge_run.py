@@ -10,7 +10,8 @@ it from its own environment once the service is up, so the gateway, the controll
 user's judge or tools included) and Ray never hold it.
 
 The audit runs beside the gateway's start (a thread) on the rows validate_data samples by default (the
-first 16 valid rows of train.jsonl), so an LLM judge's answers come from the cache validate_data filled.
+first 16 valid rows of train.jsonl); an LLM judge is asked every answer afresh (never from the cache:
+the judge behind the URL may have changed since validate_data), through the run's service and its cap.
 Its summary goes into training.status and rehearsal.json (`judge_audit`) with the probes accepted by
 `--allow-probe`; the job logs a finding as a warning and goes on: validate_data is the gate.
 """
@@ -89,10 +90,10 @@ class Client:
     def __init__(self, svc: agl.Service, spec: dict):
         self.spec, self.url, self._token = spec, svc.url, svc.extra["token"]
 
-    def score(self, prompt: str, response: str, ground_truth=None) -> dict:
+    def score(self, prompt: str, response: str, ground_truth=None, fresh: bool = False) -> dict:
         try:
             return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": ground_truth}, self._token,
+                                                       "ground_truth": ground_truth, "fresh": fresh}, self._token,
                                  judge_service.agent_wait_s(self.spec))
         except (OSError, ValueError) as exc:
             return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the judge service: {exc}", "cached": False}

@@ -283,10 +283,12 @@ def check_tool_clash(input_dir: Path) -> None:
                         f"scripts/validate_data.py {shlex.quote(str(input_dir))}", EXIT_FAIL)
 
 
-def check_judge(input_dir: Path) -> None:
+def check_judge(input_dir: Path, output_dir: Path | None = None) -> None:
     """An LLM judge (judge.json), before any rollout: a bad field is exit 1 naming it, a key variable that is not
-    set or an endpoint that does not answer exit 3 (validate_data.py says the same, with the audit)."""
+    set or an endpoint that does not answer exit 3, a cache path that is a link, a folder or a pipe exit 1
+    (validate_data.py says the same, with the audit)."""
     from agentic_rl import llm_judge
+    from agentic_rl.checks import judge_llm
     from agentic_rl.edge import judge_service
 
     if not llm_judge.present(input_dir):
@@ -304,3 +306,6 @@ def check_judge(input_dir: Path) -> None:
         raise UserError(f"{input_dir / llm_judge.SPEC_FILE}:base_url: the judge endpoint {spec['base_url']} does not "
                         f"answer: {why}", "start the judge's server, or fix base_url in judge.json; then "
                         "validate_data.py audits it", EXIT_ENV)
+    bad = judge_llm.cache_problem(output_dir / run_dir.JUDGE_CACHE_FILE) if output_dir and spec["cache"] else None
+    if bad is not None:
+        raise UserError(f"{bad.where}: {bad.message}", bad.hint, EXIT_FAIL)

@@ -10,7 +10,9 @@ sends the endpoint one chat request per answer: the rubric as the system message
 prompt, the reference answer (the row's ground_truth) and the response, each inside its tag with <, >
 and & escaped, so a response cannot close its tag. The reply must hold exactly one
 `<score>N</score>` (N a number from 0 to max_score; the same value twice counts once): the reward is
-N / max_score. Anything else is a judge error: reward 0 with the raw reply, escaped, in the reason.
+N / max_score. Anything else (a reply over reply_limit's bytes included) is a judge error: reward 0
+with the raw reply, escaped, in the reason. cache_key is what decides an answer: the URL, the key's
+variable and the whole request.
 The API key is read from the environment variable api_key_env names (by validate_data and start_training.sh,
 which take it out of their own environment: key_held); the run's judge service gets it through a pipe.
 
@@ -254,9 +256,25 @@ def request_body(spec: dict, prompt: str, response: str, ground_truth: Any = Non
             "temperature": spec["temperature"], "max_tokens": spec["max_tokens"]}
 
 
-def cache_key(body: dict) -> str:
-    """sha256 of the request: the rubric, the model, the prompt, the reference and the response."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+CACHE_KEY_VERSION = 2  # 1 keyed the body alone: a judge at another URL was answered from its cache
+
+
+def cache_key(spec: dict, body: dict) -> str:
+    """sha256 of everything that decides the answer: the endpoint's URL, the key's variable (which account
+    asks; never the key), and the whole request (the model, the rubric, the prompt, the reference, the
+    response, max_score's instruction, temperature, max_tokens)."""
+    what = {"v": CACHE_KEY_VERSION, "url": spec["base_url"], "api_key_env": spec.get("api_key_env"), "body": body}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+REPLY_MIN_BYTES = 1 << 20
+REPLY_BYTES_PER_TOKEN = 64
+
+
+def reply_limit(spec: dict) -> int:
+    """The most bytes of a reply that are read: 1 MiB, or 64 bytes per max_tokens when that is more (a chat
+    completion of max_tokens tokens is far smaller); a larger reply is a judge error."""
+    return max(REPLY_MIN_BYTES, REPLY_BYTES_PER_TOKEN * int(spec["max_tokens"]))
 
 
 def quoted(text: str, limit: int = 300) -> str:
@@ -264,14 +282,21 @@ def quoted(text: str, limit: int = 300) -> str:
     return json.dumps(text if len(text) <= limit else text[:limit] + "...", ensure_ascii=True)
 
 
+def _shown(value: Any) -> str:
+    try:
+        return json.dumps(value)[:300]
+    except (RecursionError, ValueError):
+        return f"({type(value).__name__} nested too deeply to show)"
+
+
 def parse_reply(spec: dict, answer: Any) -> tuple[float | None, str | None]:
     """(reward, None) from a chat completion whose text holds exactly one <score>N</score>, else (None, reason)."""
     try:
         content = answer["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        return None, f"{JUDGE_ERROR}: the LLM judge's answer is no chat completion: {quoted(json.dumps(answer)[:300])}"
+        return None, f"{JUDGE_ERROR}: the LLM judge's answer is no chat completion: {quoted(_shown(answer))}"
     if not isinstance(content, str):
-        return None, f"{JUDGE_ERROR}: the LLM judge's reply has no text: {quoted(json.dumps(content))}"
+        return None, f"{JUDGE_ERROR}: the LLM judge's reply has no text: {quoted(_shown(content))}"
     found = {value for value in _SCORE.findall(content)}
     if not found:
         return None, f"{JUDGE_ERROR}: the LLM judge's reply has no <score>N</score>: {quoted(content)}"

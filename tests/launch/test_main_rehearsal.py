@@ -654,3 +654,24 @@ def test_the_rehearsal_cost_is_calibrated_and_counts_model_calls():
     custom = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2,
                             calls_per_rollout=rehearsal.calls_per_rollout({"agent_class": "my:Agent"}))
     assert not custom["model_calls_known"] and "at least 6 calls (a custom agent may make several" in custom["text"]
+
+
+def test_the_start_prints_the_judge_audit_and_warns_of_its_findings(example_task, tmp_path, run_folders):
+    """The audit the job runs at its start was only in training.log and check_status: start_training.sh shows it."""
+    out = tmp_path / "out"
+    run_folders.append(out)
+    started = launch(example_task, out, "--rehearse")
+    assert started.returncode == 0, started.stderr
+    assert "judge audit (judge.py): 6 probes on 16 rows: none scores near the oracle" in started.stdout, started.stdout
+    assert "the judge may pay" not in started.stderr
+    wait_done(out)
+    (example_task / "judge.py").write_text("def compute_reward(response, ground_truth, metadata):\n"
+                                           "    return 1.0 if response.strip() else 0.0  # pays any answer\n")
+    out2 = tmp_path / "out2"
+    run_folders.append(out2)
+    started = launch(example_task, out2, "--rehearse")
+    assert started.returncode == 0, started.stderr
+    assert "FINDINGS (the judge pays them as much as the oracle): " in started.stdout, started.stdout
+    assert "Warning: the judge may pay answers that do not solve the task" in started.stderr
+    assert f"python scripts/validate_data.py {example_task}" in started.stderr and "--allow-probe NAME" in started.stderr
+    wait_done(out2)

@@ -12,7 +12,8 @@ environment, so the job, the gateway, the controller, the agents (the user's jud
 the MCP hub and Ray never hold it in their environment.
 
 The audit runs beside the gateway's start (a thread) on the rows validate_data samples by default (the
-first 16 valid rows of train.jsonl), so an LLM judge's answers come from the cache validate_data filled.
+first 16 valid rows of train.jsonl); an LLM judge is asked every answer afresh (never from the cache:
+the judge behind the URL may have changed since validate_data), through the run's service and its cap.
 Its summary goes into training.status and rehearsal.json (`judge_audit`) with the probes accepted by
 `--allow-probe`; the job logs a finding as a warning and goes on: validate_data is the gate.
 """
@@ -95,10 +96,10 @@ class Client:
     def __init__(self, svc: agl.Service, spec: dict):
         self.spec, self.url, self._token = spec, svc.url, svc.extra["token"]
 
-    def score(self, prompt: str, response: str, ground_truth=None) -> dict:
+    def score(self, prompt: str, response: str, ground_truth=None, fresh: bool = False) -> dict:
         try:
             return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": ground_truth}, self._token,
+                                                       "ground_truth": ground_truth, "fresh": fresh}, self._token,
                                  judge_service.agent_wait_s(self.spec))
         except (OSError, ValueError) as exc:
             return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the judge service: {exc}", "cached": False}
@@ -128,15 +129,16 @@ def audit_rows(input_dir: Path, n: int = AUDIT_ROWS) -> list[tuple[str, dict]]:
     return out
 
 
-def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None) -> dict:
-    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run."""
+def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+          schemas: list[dict] | None = None) -> dict:
+    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run.
+    schemas: the tools the agent offers when the run already knows them (its MCP servers'), else tools.py's."""
     from agentic_rl import oracle_turns
     from agentic_rl.checks import agent_rules, judge_findings, judge_llm, judge_probe
 
     samples = audit_rows(input_dir)
     script = oracle_turns.load(oracle) if oracle else None
-    schemas = None
-    if (input_dir / "tools.py").is_file():
+    if schemas is None and (input_dir / "tools.py").is_file():
         schemas = agent_rules.probe_tools(input_dir, AUDIT_TIMEOUT_S).get("schemas")
     if svc is not None:
         spec = llm_judge.load(input_dir)[0]
@@ -176,8 +178,9 @@ def summary_line(summary: dict) -> str:
 class AuditThread:
     """audit() in a thread beside the services' start; result() waits for it (never raises)."""
 
-    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None):
-        self._args = (input_dir, allowed, oracle, svc)
+    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+                 schemas: list[dict] | None = None):
+        self._args = (input_dir, allowed, oracle, svc, schemas)
         self._out: dict = {}
         self._thread = threading.Thread(target=self._run, name="judge-audit", daemon=True)
         self._thread.start()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
-from agentic_rl.launch import preflight
+from agentic_rl.launch import forecast_gate, preflight
 from agentic_rl.launch.launch_args import build_parser, check_args, ray_address
 from agentic_rl.runs import run_card, run_dir
 
@@ -155,7 +155,8 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     if args.resume or args.resume_step is not None:
         preflight.check_resume(output_dir, cfg, overrides, source,
                                int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
-    preflight.check_judge(input_dir)
+    preflight.check_judge(input_dir, output_dir)
+    preflight.check_tool_clash(input_dir)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None
@@ -168,6 +169,15 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     if not args.rehearse and args.cpu_steps is None and not cluster:
         preflight.check_driver()
     run_id = run_dir.new_run_id()
+    forecast, why_none = None, forecast_gate.no_forecast(args)
+    if why_none is None and not cluster:
+        forecast = forecast_gate.make(args, input_dir, output_dir, overrides)
+        if forecast is not None:
+            print(forecast_gate.summary_text(forecast))
+            from agentic_rl.launch import budget
+
+            forecast_gate.check_budget(forecast, budget.parse_hours(args.max_hours), args.force_budget)
+    forecast_gate.record(output_dir, run_id, forecast, why_none or (None if forecast else "no forecast could be made"))
     mode = "rehearse" if args.rehearse else "train"
     shown_mode = f"train on CPU, {args.cpu_steps} steps" if args.cpu_steps is not None else mode
     log_path = output_dir / run_dir.LOG_FILE
@@ -207,8 +217,11 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, shown_mode, gpus, output_dir, address if cluster else None)
+    if why_none:
+        print(f"forecast: {why_none}")
     if args.cpu_steps is not None:
         print(cpu_changes_text(output_dir))
+    print_judge_audit(output_dir, input_dir)
     if args.rehearse:
         cost = rehearsal_cost(args, input_dir, cfg, overrides)
         print(cost["text"])
@@ -217,16 +230,43 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     return EXIT_OK
 
 
+def wait_for_field(output_dir: Path, field: str, wait_s: float) -> dict:
+    """The run's status once it records `field` (or the run ended, or wait_s passed)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = run_dir.read_status(output_dir) or {}
+        if field in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
+            return st
+        time.sleep(0.2)
+
+
+def print_judge_audit(output_dir: Path, input_dir: Path, wait_s: float = 60.0) -> None:
+    """The judge audit the job ran at its start (judge_run.audit), as its log says it; a finding the user did
+    not accept is a warning here too, not only in training.log and check_status."""
+    from agentic_rl import untrusted
+    from agentic_rl.launch import judge_run
+
+    audit = wait_for_field(output_dir, "judge_audit", wait_s).get("judge_audit")
+    if not isinstance(audit, dict):
+        print("judge audit: not recorded yet (check_status.py shows it once the run is up)")
+        return
+    try:
+        line = judge_run.summary_line(audit)
+    except (KeyError, TypeError, AttributeError):
+        line = "judge audit: recorded in a form this launcher cannot read (see training.log)"
+    print(untrusted.visible(line))
+    if audit.get("findings") or audit.get("error"):
+        cli.print_warning("the judge may pay answers that do not solve the task: see `python scripts/validate_data.py "
+                          f"{shlex.quote(str(input_dir))}` for each "
+                          "probe's rows and fix, or accept one with --allow-probe NAME (references/judges.md)"
+                          if audit.get("findings") else "the judge audit could not run: check_status.py shows why")
+
+
 def cpu_changes_text(output_dir: Path, wait_s: float = 60.0) -> str:
     """The keys a CPU run changed, as the job recorded them (it composes the config in its first seconds)."""
     from agentic_rl.launch import cpu_mode
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        st = run_dir.read_status(output_dir) or {}
-        if "cpu" in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    st = wait_for_field(output_dir, "cpu", wait_s)
     cpu = st.get("cpu")
     if not cpu:
         return "changed for the CPU: not recorded yet (see training.status, field cpu)"

@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         input_dir = task.resolve_input_dir(args.input_dir or args.input_dir_flag)
         cache = run_dir.resolve_output_dir(args.output_dir, input_dir) / run_dir.JUDGE_CACHE_FILE \
             if llm_judge.present(input_dir) else None
-        checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
-                                            overrides, args.oracle, tuple(args.allow_probe), cache)
+        with llm_judge.key_held(input_dir):  # the judge's API key: out of what tools.py and the servers start with
+            checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
+                                                overrides, args.oracle, tuple(args.allow_probe), cache)
         # An LLM judge's endpoint that does not answer, or its key's variable unset: the environment (exit 3).
         env = next((c for c in checks if c.status == "fail" and c.details.get("exit_code") == cli.EXIT_ENV), None)
         error = UserError(f"{env.where}: {env.message}", env.hint, cli.EXIT_ENV) if env else None

@@ -33,7 +33,7 @@ AGENTS = PACKAGE / "agents"
 # What an agent process may import of the package: every rollout pays for its imports (stdlib only beyond these).
 # edge.reaper is the standard-library end of a rollout's process tree (a child subreaper, its descendants ended).
 AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.untrusted", "agentic_rl.files", "agentic_rl.runs", "agentic_rl.runs.run_dir",
-                 "agentic_rl.task",
+                 "agentic_rl.task", "agentic_rl.handover",
                  "agentic_rl.agents", "agentic_rl.edge", "agentic_rl.edge.reaper"}
 TESTS = ROOT / "tests"
 

@@ -82,10 +82,12 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
         running = wait_for(out, lambda s: s.get("status") in ("running", *run_dir.TERMINAL_STATES))
         judge = running["services"]["judge"]
         assert judge["url"].startswith("http://127.0.0.1:") and "token" not in judge
-        try:  # while it lives: the key is in the judge service's environment only, in no argument
+        try:  # while it lives: the key is in no process's environment (a pipe brought it), in no argument
             gateway = psutil.Process(running["services"]["gateway"]["pid"])
             assert KEY_ENV not in gateway.environ() and key not in " ".join(gateway.cmdline())
-            assert key not in " ".join(psutil.Process(judge["pid"]).cmdline())
+            service = psutil.Process(judge["pid"])
+            assert key not in " ".join(service.cmdline()) and KEY_ENV not in service.environ()
+            assert KEY_ENV not in psutil.Process(running["pid"]).environ()  # nor the job's
         except psutil.NoSuchProcess:
             pass  # over already: what it left is checked below
         st = wait_done(out)

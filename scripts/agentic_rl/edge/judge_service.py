@@ -16,9 +16,10 @@ never a crash.
 
 The job starts it as a process on 127.0.0.1 (`python -m agentic_rl.edge.judge_service`, the socket
 bound by the job and inherited, its log O/logs/judge.log); the agents reach it with a per-run token
-(ARL_JUDGE_URL, ARL_JUDGE_TOKEN). validate_data and the job's audit call JudgeService.score in
-process. The API key is read from the variable api_key_env names, here only: it is in no argument, no
-file and no log line, and the job drops it from the environment of everything else it starts.
+(ARL_JUDGE_URL, ARL_JUDGE_TOKEN, handed to each agent through a pipe: no tool sees them). validate_data
+and the job's audit call JudgeService.score in process. The API key (the variable api_key_env names, in
+the environment of start_training.sh) reaches this process through a pipe from the job, with the token
+(handover.py): it is in no argument, no environment, no file and no log line.
 
     POST /score  {"prompt", "response", "ground_truth", "fresh"}  ->  {"reward", "reason", "cached", "attempts"}
     GET  /stats  ->  {"requests", "cache_hits", "endpoint_calls", "retries", "errors", "max_in_flight", ...}
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentic_rl import llm_judge
+from agentic_rl import handover, llm_judge
 from agentic_rl.edge import judge_endpoint
 from agentic_rl.edge.json_http import JsonHandler
 from agentic_rl.edge.judge_cache import Cache
@@ -295,15 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--cache", help="the cache file (O/judge_cache.jsonl)")
     args = parser.parse_args(argv)
+    handed = handover.receive()  # the API key and the token: this process's memory only, never its environment
     spec, problems, _ = llm_judge.load(args.input_dir)
     if spec is None:
         print(f"judge.json: {problems[0].message}", flush=True)
         return 1
-    key, problem = llm_judge.api_key(spec)
+    key, problem = llm_judge.api_key(spec, {**os.environ, **handed})
     if problem is not None:
         print(f"judge.json: {problem.message}", flush=True)
         return 3
-    token = os.environ.get(TOKEN_ENV)
+    token = handed.get(TOKEN_ENV) or os.environ.get(TOKEN_ENV)
     if not token:
         print(f"{TOKEN_ENV} is not set: the service serves no one without it", flush=True)
         return 2

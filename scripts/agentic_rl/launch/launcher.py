@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, task
+from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
 from agentic_rl.launch import forecast_gate, preflight
 from agentic_rl.launch.launch_args import build_parser, check_args, ray_address
@@ -94,11 +94,15 @@ def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, o
     return env
 
 
-def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int) -> subprocess.Popen:
-    """The job in its own session (pid == pgid == sid), output appended to the log, stdin closed."""
-    with open(log_path, "ab") as log:
+def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int,
+              secrets: dict | None = None) -> subprocess.Popen:
+    """The job in its own session (pid == pgid == sid), output appended to the log, stdin closed; secrets (the
+    LLM judge's API key) reach it through a pipe (handover.py), never its environment."""
+    from agentic_rl import handover
+
+    with open(log_path, "ab") as log, handover.handed(env, (), secrets) as (env, fds):
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, pass_fds=(lock_fd, launch_fd), cwd=log_path.parent)
+                                start_new_session=True, pass_fds=(lock_fd, launch_fd, *fds), cwd=log_path.parent)
 
 
 def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bool:
@@ -122,7 +126,9 @@ def launch(args, overrides: list[str]) -> int:
         preflight.check_oracle(args.oracle, input_dir, int(args.sample or 0), args.cpu_steps is not None)
     output_dir = run_dir.resolve_output_dir(args.output_dir, input_dir)
     try:
-        return launch_in(args, overrides, input_dir, output_dir)
+        with llm_judge.key_held(input_dir) as held:  # out of our environment: the job gets it through a pipe
+            args.judge_key = held
+            return launch_in(args, overrides, input_dir, output_dir)
     except OSError as exc:
         if not files.is_disk_full(exc):
             raise
@@ -185,7 +191,7 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
         proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, python, cluster),
                          {**job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
                           run_card.COMMAND_ENV: getattr(args, "command_line", "")},
-                         log_path, lock_fd, hold_read)
+                         log_path, lock_fd, hold_read, getattr(args, "judge_key", None))
     finally:
         os.close(hold_read)
     from agentic_rl.edge import procs

@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-from agentic_rl import cli, files, oracle_turns, task
+from agentic_rl import cli, files, handover, llm_judge, oracle_turns, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs, signals
 from agentic_rl.launch import budget, job_config, judge_run, oracle_server, rehearsal
@@ -634,11 +634,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--max-steps and --stop-on count training steps: a rehearsal has none",
                             "a rehearsal honours --max-hours", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
+        handed = handover.receive()  # the launcher's pipe (the LLM judge's API key): before any child starts
         wait_for_launch_record()
         from agentic_rl.edge import reaper
 
         reaper.become_subreaper()  # a process of the run that detaches (double fork, setsid) stays below the job
         run = Run(args, overrides)
+        llm_judge.take_key(run.input_dir, handed)  # held in memory for the judge service (by hand: from our environ)
         refuse_foreign_run_id(run.run_id, run.output_dir)
         run_dir.prepare(run.output_dir)
         handed_over = hold_lock(run.output_dir)

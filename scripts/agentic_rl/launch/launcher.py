@@ -94,18 +94,71 @@ def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, o
     return env
 
 
+# A parent that forks the job and exits at once: the job is nobody's child here (the kernel hands it to init, or
+# the nearest subreaper), so neither this launcher nor the shell that started it, whose environment holds what
+# the user exported (an LLM judge's API key among it), is ever an ancestor of a rollout's tools.
+DETACH = ("import os, sys\n"
+          "w = int(sys.argv[1])\n"
+          "pid = os.fork()\n"
+          "if pid == 0:\n"
+          "    os.close(w)\n"
+          "    os.setsid()\n"
+          "    os.execv(sys.argv[2], sys.argv[2:])\n"
+          "os.write(w, str(pid).encode())\n"
+          "os._exit(0)\n")
+
+
+class Job:
+    """The started job, known by its pid and start time (it is not our child: Job.poll reads its end from
+    training.status, where the job records its exit code)."""
+
+    def __init__(self, pid: int, output_dir: Path):
+        from agentic_rl.edge import procs
+
+        self.pid, self.output_dir = pid, output_dir
+        self.start = procs.process_start(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        from agentic_rl.edge import procs
+
+        if not procs.gone(self.pid) and procs.process_start(self.pid) == self.start:
+            return None
+        code = (run_dir.read_status(self.output_dir) or {}).get("exit_code")
+        self.returncode = code if type(code) is int else EXIT_FAIL  # killed before it could record one
+        return self.returncode
+
+
 def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int,
-              secrets: dict | None = None) -> subprocess.Popen:
-    """The job in its own session (pid == pgid == sid), output appended to the log, stdin closed; secrets (the
-    LLM judge's API key) reach it through a pipe (handover.py), never its environment."""
+              secrets: dict | None = None) -> Job:
+    """The job in its own session (pid == pgid == sid), detached from this process (DETACH), output appended to
+    the log, stdin closed; secrets (the LLM judge's API key) reach it through a pipe (handover.py), never its
+    environment."""
     from agentic_rl import handover
 
-    with open(log_path, "ab") as log, handover.handed(env, (), secrets) as (env, fds):
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, pass_fds=(lock_fd, launch_fd, *fds), cwd=log_path.parent)
+    read_pid, write_pid = os.pipe()
+    try:
+        with open(log_path, "ab") as log, handover.handed(env, (), secrets) as (env, fds):
+            parent = subprocess.Popen([sys.executable, "-S", "-c", DETACH, str(write_pid), *cmd], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                      pass_fds=(lock_fd, launch_fd, write_pid, *fds), cwd=log_path.parent)
+            os.close(write_pid)
+            write_pid = -1
+            with os.fdopen(read_pid, "rb") as got:
+                read_pid = -1
+                pid = got.read(32)
+            parent.wait()
+    finally:
+        for fd in (read_pid, write_pid):
+            if fd >= 0:
+                os.close(fd)
+    if parent.returncode != 0 or not pid.isdigit():
+        raise UserError(f"the job could not be started (its starter exited with code {parent.returncode}); see "
+                        f"{log_path}", "start again; if it repeats, run the job in the foreground (README)", EXIT_FAIL)
+    return Job(int(pid), log_path.parent)
 
 
-def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bool:
+def wait_started(proc: Job, output_dir: Path, seconds: float) -> bool:
     """True once the job is running (or still alive at the end, or already completed, or stopped by its
     budget: exit 0); False when it died."""
     deadline = time.monotonic() + seconds
@@ -197,13 +250,15 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     from agentic_rl.edge import procs
 
     try:
-        run_dir.record_launch(output_dir, pid=proc.pid, **procs.process_start(proc.pid),
+        run_dir.record_launch(output_dir, pid=proc.pid, **proc.start,
                               run_id=run_id, input_dir=input_dir,
                               config_file=str(source) if args.config_file else None, mode=mode, gpus=gpus)
     except BaseException:
         # No record, no run: the job still waits for EOF on the launch pipe, so it has done nothing yet.
-        procs.signal_group(proc.pid, signal.SIGKILL)  # our own child, leader of its own session
-        proc.wait()
+        procs.signal_group(proc.pid, signal.SIGKILL)  # the job we just started, leader of its own session
+        deadline = time.monotonic() + 5
+        while not procs.gone(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         run_dir.abandon_launch(output_dir, proc.pid, run_id)
         raise
     finally:

@@ -73,6 +73,7 @@ from agentic_rl.runs import (
     sample_reader,
     sample_turns,
     samples,
+    validation,
 )
 
 
@@ -158,13 +159,8 @@ def render(data: dict) -> str:
     gpu = data["gpu_memory"]
     rows.append({"item": "GPU memory", "value": gpu if isinstance(gpu, str) else f"{gpu['used_bytes'] / 2**30:.1f} GiB"})
     rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
-    best = data.get("best_step")
-    if best:
-        noise = f" +- {best['se']:.2g} SE ({best['se_from']})" if best.get("se") is not None else ""
-        rows.append({"item": "best checkpoint", "value": f"global_step_{best['step']}: val reward "
-                     f"{best['val_reward']:.4g}{noise}, {best['rows'] or '?'} rows; latest checkpointed val "
-                     f"{best['latest_val_reward']:.4g} at step {best['latest']}"
-                     + (" (within noise)" if best.get("within_noise_of_latest") else "")})
+    if data.get("best_step"):
+        rows.append({"item": "best checkpoint", "value": validation.best_line(data["best_step"])})
     if data.get("budget"):
         b = data["budget"]
         rows.append({"item": "budget", "value": ", ".join(f"{k.replace('_', '-')} {v if not isinstance(v, list) else ','.join(v)}"

@@ -167,20 +167,36 @@ def intact_before(ckpt_dir: Path, step: int | None = None, full: bool = False) -
     return None
 
 
+def whole_steps(ckpt_dir: Path, tracked_only: bool = True) -> list[int]:
+    """The steps whose folders look whole (the quick check), newest first; tracked_only: only those the tracker
+    has reached (a folder past it is a save in progress or one that never finished)."""
+    tracked = checkpoints.read_tracker(ckpt_dir)[0] if tracked_only else None
+    steps = [s for s in checkpoints.step_folders(ckpt_dir) if not tracked_only or tracked is None or s <= tracked]
+    return [s for s in reversed(steps) if not check(Path(ckpt_dir) / f"global_step_{s}")]
+
+
 def damaged_error(output_dir: Path, step: int, problems: list[str], full: bool = False) -> UserError:
-    """The one answer to a damaged checkpoint: the file, and the way out (an earlier step)."""
+    """The one answer to a damaged checkpoint: the file, and the ways out: the steps whose files look whole,
+    before it (to resume from) or after it (to export or resume from), named."""
     ckpt = checkpoints.checkpoints_dir(output_dir)
     earlier = intact_before(ckpt, step, full)
+    whole = [s for s in whole_steps(ckpt) if s != step]
+    if earlier is not None and earlier not in whole:
+        whole = sorted({*whole, earlier}, reverse=True)
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    if earlier is None:
-        hint = (f"no earlier checkpoint is whole: start a new run in a new --output-dir (keep {ckpt} for a look), "
+    if not whole:
+        hint = (f"no other checkpoint is whole: start a new run in a new --output-dir (keep {ckpt} for a look), "
                 "or restore the file from a copy")
     else:
         task = (run_dir.read_status(output_dir) or {}).get("input_dir")
         out = shlex.quote(str(output_dir))
-        hint = (f"resume from the step before it: bash scripts/start_training.sh --input-dir "
-                f"{shlex.quote(task) if isinstance(task, str) else 'D'} --output-dir {out} --resume-step {earlier}; "
-                f"or export that step: python scripts/export_model.py --output-dir {out} --step {earlier}")
+        resume = (f"resume from the step before it: bash scripts/start_training.sh --input-dir "
+                  f"{shlex.quote(task) if isinstance(task, str) else 'D'} --output-dir {out} --resume-step {earlier}; "
+                  if earlier is not None else "")
+        pick = earlier if earlier is not None else whole[0]
+        hint = (f"the steps whose files look whole: {', '.join(map(str, whole))}; {resume}"
+                f"or export one: python scripts/export_model.py --output-dir {out} --step {pick}"
+                + (f" (or --step {whole[0]}, the newest)" if whole[0] != pick else ""))
     return UserError(f"checkpoint global_step_{step} is damaged: {problems[0]}{more}", hint)
 
 

@@ -147,8 +147,12 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
                if rehearsal else None)
     ckpts = checkpoints.checkpoint_steps(output_dir)
     ckpts.update(checkpoint_files.usable_steps(output_dir, st.get("resumed_from_step") if state["alive"] else None))
-    flags += checkpoint_flags(ckpts, output_dir, state["alive"])
     best = validation.best_checkpoint(output_dir, h["evals"], ckpts["usable"])
+    passed = {p["step"]: p for p in (best or {}).get("passed_over") or ()}
+    for step, p in passed.items():  # better by validation than best_step, but damaged: flagged, never named best
+        ckpts["damaged"].setdefault(step, p["problems"])
+    best = best if best is None or best["step"] is not None else None
+    flags += checkpoint_flags(ckpts, output_dir, state["alive"], passed)
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -204,13 +208,15 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
 
 
-def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False) -> list[dict]:
-    """A flag for a damaged checkpoint (naming its file) and, once the run is over (a live one may be
-    writing it), for a tracker that hides the step folders."""
+def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False, passed: dict | None = None) -> list[dict]:
+    """A flag for a damaged checkpoint (naming its file; passed: the ones best_step passed over, by step, said so)
+    and, once the run is over (a live one may be writing it), for a tracker that hides the step folders."""
     out = []
     for step, problems in sorted(ckpts.get("damaged", {}).items()):
         error = checkpoint_files.damaged_error(output_dir, step, problems)
-        out.append({"flag": "checkpoint_damaged", "step": step, "value": len(problems), "message": error.message,
+        said = (f" (its validation reward {passed[step]['val_reward']:.4g} is above best_step's, but a damaged "
+                "checkpoint is never the best step: best_step names the best whole one)" if step in (passed or {}) else "")
+        out.append({"flag": "checkpoint_damaged", "step": step, "value": len(problems), "message": error.message + said,
                     "hint": error.hint})
     if ckpts.get("tracker_problem") and not alive:
         whole = ckpts.get("whole")

@@ -133,8 +133,9 @@ def render(data: dict) -> str:
         shown += f" (process {data['process_state']})"
     rows = [{"item": "status", "value": f"{shown}   run {data['run_id']}, mode {data['mode']}, pid {data['pid']}, "
                                         f"up {hms(data['runtime_s'])}"}]
-    if data["status"] == "failed" and data.get("reason"):
-        rows.append({"item": "reason", "value": f"{data.get('failed_component') or ''}: {data['reason']}"})
+    if data.get("reason") and data["status"] in run_dir.TERMINAL_STATES:  # a budget stop's too, not only --json
+        component = data.get("failed_component") if data["status"] == "failed" else None
+        rows.append({"item": "reason", "value": f"{component + ': ' if component else ''}{data['reason']}"})
     if data.get("problem"):
         rows.append({"item": "PROBLEM", "value": data["problem"]})
     if data["detail"] == "vanished" and not data.get("reason"):  # not cleaned up yet (stop --force records a reason)
@@ -147,8 +148,9 @@ def render(data: dict) -> str:
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  {done} (rehearsal)"})
     else:
         median = f"{p['median_step_s']:.1f}" if p["median_step_s"] else "?"
+        eta = f", ETA {hms(p['eta_s'])}" if data["alive"] else ""  # an ended run has none
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/"
-                     f"{p['total'] or '?'}, median step {median} s, ETA {hms(p['eta_s'])}"})
+                     f"{p['total'] or '?'}, median step {median} s{eta}"})
     if p["rollouts"] and p.get("unit") != "rollouts":
         r = p["rollouts"]
         rows.append({"item": "rollouts", "value": f"{r['completed']}/{r['enqueued']} of the current batch done, "

@@ -172,6 +172,8 @@ def render(data: dict) -> str:
         lineage = (card.get("lineage") or {})
         resumed = lineage.get("resumed_from")
         rows.append({"item": "run card", "value": f"{card['path']}: {len(card.get('sha256') or {})} task files hashed"
+                     + (f" ({card['files_left_out']} left out: --json run_card.task_files)"
+                        if card.get("files_left_out") else "")
                      + (f"; resumed from {resumed.get('run_id')} step {resumed.get('step')}" if resumed else "")
                      + (f"; task files changed since: {', '.join(lineage['task_files_changed'])}"
                         if lineage.get("task_files_changed") else "")})

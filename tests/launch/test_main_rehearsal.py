@@ -270,6 +270,89 @@ def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, 
     assert (out / "metrics" / "attempt-0001.jsonl").read_text().startswith('{"step": 3'), "an earlier attempt was lost"
 
 
+def test_a_resume_warns_naming_every_file_of_the_task_folder_changed_added_or_removed(example_task, tmp_path,
+                                                                                     run_folders):
+    """#41.22: the run card hashed the six task files only; an MCP server's script or the data tools.py reads
+    changed without a word on resume. Every file of the folder is hashed, and the warning names each."""
+    cut_rows(example_task, "test.jsonl", 2)
+    (example_task / "servers").mkdir()
+    (example_task / "servers" / "calc.py").write_text("print('v1')\n")
+    (example_task / "data").mkdir()
+    (example_task / "data" / "old.csv").write_text("a,b\n")
+    out = tmp_path / "out"
+    run_folders.append(out)
+    make_checkpoint(out, 3)
+    sha, meta = run_card.task_record(example_task)
+    assert {"servers/calc.py", "data/old.csv", "judge.py"} <= set(sha) and meta["not_hashed"] == []
+    checkpoint_files.write_manifest(out / "checkpoints" / "global_step_3", 3, "run-old", sha,
+                                    {"input_dir": str(example_task), "task_files": meta})
+    (example_task / "servers" / "calc.py").write_text("print('v2')\n")
+    (example_task / "data" / "old.csv").unlink()
+    (example_task / "data" / "new.csv").write_text("a,b\n")
+    launch(example_task, out, "--rehearse", "--resume")
+    assert wait_done(out)["status"] == "completed", log_text(out)[-3000:]
+    assert ("these task files changed since: servers/calc.py; added: data/new.csv; removed: data/old.csv"
+            in log_text(out))
+    lineage = json.loads((out / run_dir.RUN_CARD_FILE).read_text())["lineage"]
+    assert lineage["task_files_diff"] == {"changed": ["servers/calc.py"], "added": ["data/new.csv"],
+                                          "removed": ["data/old.csv"]}
+
+
+def test_a_start_that_fails_before_its_services_writes_its_own_card(example_task, tmp_path, run_folders):
+    """#41.16: an MCP server that does not start failed the run before its card was written: the earlier run's
+    card stayed beside the failed run's status. Every start writes its card first (run id, attempt)."""
+    import sys
+
+    cut_rows(example_task, "test.jsonl", 2)
+    agent = json.loads((example_task / "agent.json").read_text())
+    agent["mcp_servers"] = {"broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}
+    (example_task / "agent.json").write_text(json.dumps(agent))
+    out = tmp_path / "out"
+    run_folders.append(out)
+    out.mkdir()
+    (out / run_dir.RUN_CARD_FILE).write_text(json.dumps({"run_id": "run-old", "mode": "rehearse", "sha256": {}}))
+    launch(example_task, out, "--rehearse")
+    st = wait_done(out)
+    assert st["status"] == "failed" and st["failed_component"] == "mcp", st
+    card = json.loads((out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["run_id"] == st["run_id"] and card["attempt"] == st["attempt"] == 1 and card["config"] is None
+    assert card["sha256"]["agent.json"] and card["input_dir"] == str(example_task)
+    shown = json.loads(run_script("check_status.py", "--output-dir", str(out), "--json").stdout)["data"]
+    assert shown["run_card"]["run_id"] == st["run_id"]
+
+
+def test_the_task_record_is_bounded_and_says_what_it_left_out(tmp_path, monkeypatch):
+    """#41.22: every file of the task folder, within bounds; what is left out is listed, never opened when it
+    is no regular file (a named pipe), and a run folder inside the task or Python's caches are not walked."""
+    import os
+
+    task = tmp_path / "task"
+    (task / "rows").mkdir(parents=True)
+    (task / "judge.py").write_text("def judge(): pass\n")
+    for i in range(5):
+        (task / "rows" / f"r{i}.txt").write_text("x" * 10)
+    os.mkfifo(task / "pipe")
+    (task / "__pycache__").mkdir()
+    (task / "__pycache__" / "judge.cpython-312.pyc").write_bytes(b"\0")
+    (task / "out").mkdir()
+    (task / "out" / run_dir.STATUS_FILE).write_text("{}")
+    (task / "linked").symlink_to(task / "rows")
+    monkeypatch.setattr(run_card, "MAX_FILES", 3)
+    sha, meta = run_card.task_record(task)
+    assert set(sha) == {"judge.py", "rows/r0.txt", "rows/r1.txt", "rows/r2.txt"}
+    why = {e["path"]: e["why"] for e in meta["not_hashed"]}
+    assert why == {"pipe": "not a regular file", "out": "a run folder", "linked": "a link to a folder (not followed)",
+                   "rows/r3.txt": "past the first 3 files", "rows/r4.txt": "past the first 3 files"}
+    monkeypatch.setattr(run_card, "MAX_FILES", 100)
+    monkeypatch.setattr(run_card, "MAX_BYTES", 25)
+    assert [e["path"] for e in run_card.task_record(task)[1]["not_hashed"] if "MiB" in e["why"]] == ["rows/r2.txt",
+                                                                                                   "rows/r3.txt",
+                                                                                                   "rows/r4.txt"]
+    before = {"judge.py": "a", "train.jsonl": "b"}  # a record of before the whole folder was hashed: no scope
+    assert run_card.task_diff(before, {"judge.py": "a", "train.jsonl": "c", "rows/r0.txt": "d"}) == {
+        "changed": ["train.jsonl"], "added": [], "removed": []}
+
+
 def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders, monkeypatch):
     import fake_nvml
     from agentic_rl.launch import launcher

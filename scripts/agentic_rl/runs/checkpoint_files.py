@@ -62,12 +62,14 @@ def step_files(step_dir: Path) -> list[Path]:
     return found
 
 
-def write_manifest(step_dir: Path, step: int, run_id: str | None, task_sha256: dict | None = None) -> dict:
-    """Record size and sha256 of every file of a finished save; returns the manifest."""
+def write_manifest(step_dir: Path, step: int, run_id: str | None, task_sha256: dict | None = None,
+                   run: dict | None = None) -> dict:
+    """Record size and sha256 of every file of a finished save; returns the manifest. run: what the run that
+    saved it was (input_dir, task_files, cpu_steps: run_card's), kept beside."""
     entries = {}
     for path in step_files(step_dir):
         entries[str(path.relative_to(step_dir))] = {"size": path.stat().st_size, "sha256": sha256(path)}
-    manifest = {"step": step, "run_id": run_id, "written": time.time(), "files": entries,
+    manifest = {**(run or {}), "step": step, "run_id": run_id, "written": time.time(), "files": entries,
                 "task_sha256": task_sha256 or {}}
     files.atomic_write_json(step_dir / CHECKPOINT_MANIFEST, manifest)
     return manifest
@@ -263,9 +265,9 @@ class ManifestWriter:
     folder's files (write_manifest) in a thread of its own, so a large checkpoint's hashing never holds up
     the watchdog. poll() is cheap (one small read and a stat); finish() waits for the last one."""
 
-    def __init__(self, output_dir: Path, run_id: str, task_sha256: dict | None = None):
+    def __init__(self, output_dir: Path, run_id: str, task_sha256: dict | None = None, run: dict | None = None):
         self.ckpt = checkpoints.checkpoints_dir(output_dir)
-        self.run_id, self.task_sha256 = run_id, task_sha256 or {}
+        self.run_id, self.task_sha256, self.run = run_id, task_sha256 or {}, run or {}
         self.seen: tuple | None = self._tracker_state()  # what is there already is an earlier run's save
         self.thread: threading.Thread | None = None
         self.errors: list[str] = []
@@ -289,7 +291,7 @@ class ManifestWriter:
 
     def _write(self, step_dir: Path, step: int) -> None:
         try:
-            write_manifest(step_dir, step, self.run_id, self.task_sha256)
+            write_manifest(step_dir, step, self.run_id, self.task_sha256, self.run)
         except OSError as exc:  # a full disk, or VERL removed the folder (max_ckpt_to_keep) while we hashed
             self.errors.append(f"global_step_{step}: {exc}")
 

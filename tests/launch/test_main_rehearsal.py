@@ -353,18 +353,46 @@ def test_the_task_record_is_bounded_and_says_what_it_left_out(tmp_path, monkeypa
         "changed": ["train.jsonl"], "added": [], "removed": []}
 
 
-def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders, monkeypatch):
+def test_the_same_task_is_the_same_folder_edited_or_moved_never_another_folder(example_task, tmp_path):
+    """#41.17: how "the same task" is decided. The recorded folder itself, its files edited since: the same. A
+    copy elsewhere: another task, even with equal files. The recorded folder gone and one with its data and
+    prompt here: moved, the same."""
+    import shutil
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sha = run_card.task_hashes(example_task)
+    (out / run_dir.RUN_CARD_FILE).write_text(json.dumps({"run_id": "r", "input_dir": str(example_task), "sha256": sha}))
+    (example_task / "judge.py").write_text("# edited\n")
+    assert run_card.other_task(out, example_task) is None
+    copy = tmp_path / "copy"
+    shutil.copytree(example_task, copy)
+    assert run_card.other_task(out, copy) == {"input_dir": str(example_task), "source": "its run card"}
+    moved = tmp_path / "moved"
+    example_task.rename(moved)
+    assert run_card.other_task(out, moved) is None
+    (moved / "train.jsonl").write_text((moved / "train.jsonl").read_text()[:-200] + "\n")  # moved and its data changed
+    assert run_card.other_task(out, moved)["input_dir"] == str(example_task)
+
+
+def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders,
+                                                                      monkeypatch, capsys):
+    """Refused by the launcher, exit 1 with the reason and the --resume command, before anything is written:
+    the earlier run's status stays (the job refused it too, but only after its launch record replaced it)."""
     import fake_nvml
     from agentic_rl.launch import launcher
 
     out = tmp_path / "out"
     run_folders.append(out)
     make_checkpoint(out, 8)
+    files_before = {"status": "completed", "run_id": "run-old", "pid": 999999, "input_dir": str(example_task)}
+    (out / run_dir.STATUS_FILE).write_text(json.dumps(files_before))
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()]))  # the launcher's: GPU 0 exists
-    launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"])
-    st = wait_done(out, 60)
-    assert st["status"] == "failed" and st["failed_component"] == "config"
-    assert "global_step_8" in st["reason"] and "--resume" in st["reason"]
+    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "global_step_8 from an earlier run: pass --resume" in err and f"--output-dir {out} --resume" in err
+    assert json.loads((out / run_dir.STATUS_FILE).read_text()) == files_before
+    assert not (out / run_dir.LOG_FILE).exists()
 
 
 # --------------------------------------------------------------------------- pieces, in-process
@@ -500,9 +528,20 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
 
 
-def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, run_folders, monkeypatch):
-    """#18 E.17: tasks/a and tasks/b share the default tasks/outputs. b's start there is refused (exit 4) naming
-    a; named on purpose (--output-dir) it starts, with a warning naming a."""
+def folder_state(out: Path) -> dict:
+    """Every file under O with its bytes' digest (the lock file's flock leaves no trace in it)."""
+    import hashlib
+
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def test_a_task_never_starts_over_another_tasks_run_whatever_names_the_folder(example_task, tmp_path, run_folders,
+                                                                             monkeypatch):
+    """#18 E.17, #41.17: tasks/a and tasks/b in one folder, whether the default tasks/outputs, --output-dir or
+    EVO_OUTPUT_DIR names it: b's start is refused (exit 4) naming a, before anything is written (a's status,
+    log, rehearsal.json and checkpoints stay byte for byte), the hint naming a folder of b's own; and
+    --compare never scores b's task with a's checkpoints. a itself, its files edited since, starts there."""
     import shutil
 
     monkeypatch.setenv("EVO_OUTPUT_DIR", "")  # the walkthrough's shell: unset, the default applies
@@ -516,14 +555,29 @@ def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_t
     first = run_script("start_training.sh", "--input-dir", str(a), "--rehearse")
     assert first.returncode == 0, first.stderr
     assert wait_done(out)["status"] == "completed"
-    refused = run_script("start_training.sh", "--input-dir", str(b), "--rehearse")
-    assert refused.returncode == cli.EXIT_CONFLICT, refused.stderr
-    assert f"holds a run of another task ({a})" in refused.stderr and "outputs-b" in refused.stderr
-    assert run_dir.read_status(out)["input_dir"] == str(a), "the refusal left task a's run as it was"
-    assert (out / run_dir.REHEARSAL_FILE).exists()
-    named = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", str(out), "--rehearse")
-    assert named.returncode == 0 and f"Warning: {out} holds a run of another task ({a})" in named.stderr, named.stderr
-    assert wait_done(out)["input_dir"] == str(b)
+    make_checkpoint(out, 2)  # a's run saved a checkpoint (a --cpu-steps run's)
+    before = folder_state(out)
+    assert run_dir.REHEARSAL_FILE in before and run_dir.STATUS_FILE in before
+    for how, env in (("default", {}), ("--output-dir", {}), ("EVO_OUTPUT_DIR", {"EVO_OUTPUT_DIR": str(out)})):
+        named = ["--output-dir", str(out)] if how == "--output-dir" else []
+        for mode in (["--rehearse"], ["--cpu-steps", "2"]):
+            refused = run_script("start_training.sh", "--input-dir", str(b), *named, *mode, env=env)
+            assert refused.returncode == cli.EXIT_CONFLICT, (how, mode, refused.stderr)
+            assert f"Error: {out} holds a run of another task ({a}, named by" in refused.stderr
+            assert f"Hint: give this task a folder of its own: --output-dir {out}-b" in refused.stderr
+            assert folder_state(out) == before, f"{how} {mode}: the refusal changed a's records"
+    compared = run_script("export_model.py", "--output-dir", str(out), "--compare", "--input-dir", str(b),
+                          "--model-endpoint", "http://127.0.0.1:9/v1", "--model-endpoint", "http://127.0.0.1:9/v1")
+    assert compared.returncode == cli.EXIT_CONFLICT and f"holds a run of another task ({a}" in compared.stderr
+    assert not (out / "compare").exists()
+    (a / "judge.py").write_text((a / "judge.py").read_text() + "\n# edited\n")  # a, edited: still a
+    again = run_script("start_training.sh", "--input-dir", str(a), "--output-dir", str(out), "--rehearse")
+    assert again.returncode == 0, again.stderr
+    assert wait_done(out)["input_dir"] == str(a)
+    own = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", f"{out}-b", "--rehearse")
+    run_folders.append(Path(f"{out}-b"))
+    assert own.returncode == 0, own.stderr
+    assert wait_done(Path(f"{out}-b"))["input_dir"] == str(b)
 
 
 def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, run_folders):

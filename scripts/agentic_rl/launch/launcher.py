@@ -144,11 +144,13 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
 def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path, held: list[int]) -> int:
     lock_fd = held[0]
     preflight.refuse_live(output_dir)
-    preflight.check_other_task(output_dir, input_dir, bool(args.output_dir or os.environ.get("EVO_OUTPUT_DIR")))
+    preflight.check_other_task(output_dir, input_dir)
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
     if args.resume or args.resume_step is not None:
         preflight.check_resume(output_dir, cfg, overrides, source,
                                int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
+    elif not args.rehearse:
+        preflight.refuse_fresh_start(output_dir, input_dir, cfg, overrides)
     preflight.check_judge(input_dir)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check

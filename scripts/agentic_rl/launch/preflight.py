@@ -1,6 +1,6 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
-O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
---resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
+O/training.lock and a live run (or its orphans) in O, an output folder holding another task's run, a fresh
+start over checkpoints, --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
 against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
 (its fields, its key's variable, an endpoint that answers).
 """
@@ -205,22 +205,37 @@ def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir
 
 
 
-def check_other_task(output_dir: Path, input_dir: Path, explicit: bool) -> None:
-    """The default O (D/../outputs) is shared by sibling task folders: a start of task B there would bury
-    task A's run (its rehearsal.json removed, metrics and samples mixed). Refused, exit 4, for the default;
-    a warning when O was named on purpose (--output-dir or EVO_OUTPUT_DIR)."""
-    other = run_dir.other_task(output_dir, input_dir)
+def check_other_task(output_dir: Path, input_dir: Path) -> None:
+    """O holds a run of another task folder (its status, card or a checkpoint's manifest names it): a start of
+    this task there would bury that run (its status rewritten, its rehearsal.json removed, metrics and
+    samples mixed) and fail on its checkpoints, or resume them with this task. Refused, exit 4, before
+    anything is written, whether O is the default (sibling task folders share D/../outputs), --output-dir or
+    EVO_OUTPUT_DIR; the hint names a folder of this task's own. The same folder edited since is this task."""
+    from agentic_rl.runs import run_card
+
+    other = run_card.other_task(output_dir, input_dir)
     if other is None:
         return
-    if explicit:
-        cli.print_warning(f"{output_dir} holds a run of another task ({other}): starting a run of {input_dir} "
-                          "there; its rehearsal.json goes, its metrics and checkpoints stay beside this run's")
+    own = shlex.quote(str(run_card.own_folder(output_dir, input_dir)))
+    raise UserError(f"{output_dir} holds a run of another task ({other['input_dir']}, named by {other['source']}), "
+                    f"not of {input_dir}: a start of this task there would overwrite that run's records or mix "
+                    "them with its own", f"give this task a folder of its own: --output-dir {own} (or set "
+                    f"EVO_OUTPUT_DIR to it); the run of {other['input_dir']} stays as it is", EXIT_CONFLICT)
+
+
+def refuse_fresh_start(output_dir: Path, input_dir: Path, cfg: dict, overrides: list[str]) -> None:
+    """A training start without --resume in a folder with checkpoints: exit 1 before anything is written
+    (the job refuses it too, but only after the launch record replaced the earlier run's status). As the job
+    decides: unless config.json or an override sets trainer.resume_mode itself."""
+    from agentic_rl.checks import config_values
+
+    if config_values.explicit(cfg, overrides, "trainer.resume_mode"):
         return
-    own = shlex.quote(str(input_dir.parent / f"outputs-{input_dir.name}"))
-    raise UserError(f"the default output folder {output_dir} holds a run of another task ({other}), not of "
-                    f"{input_dir}", f"give this task its own folder: --output-dir {own} (or set EVO_OUTPUT_DIR); "
-                    f"to start in this one anyway, name it: --output-dir {shlex.quote(str(output_dir))}",
-                    EXIT_CONFLICT)
+    refusal = checkpoints.refuse_fresh_start(output_dir)
+    if refusal:
+        raise UserError(refusal, f"continue it: bash scripts/start_training.sh --input-dir {shlex.quote(str(input_dir))} "
+                        f"--output-dir {shlex.quote(str(output_dir))} --resume; or start this run in a new --output-dir",
+                        EXIT_FAIL)
 
 
 def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:

@@ -265,3 +265,60 @@ def _count_leaves(tree: Any) -> int:
     if isinstance(tree, list):
         return sum(_count_leaves(v) for v in tree) or 1
     return 1
+
+
+# --------------------------------------------------------------------------- whose task a run folder holds
+
+SAME_DATA = ("train.jsonl", "test.jsonl", "task.goal")  # a task folder moved: its data and prompt are unchanged
+
+
+def recorded_tasks(output_dir: Path) -> list[dict]:
+    """Every task folder O's records name, each {input_dir, source, sha256}: training.status (the last start),
+    the run card, and each checkpoint's manifest (the run that saved it)."""
+    out: list[dict] = []
+    status, _damage = run_dir.load_status(output_dir)
+    card = read(output_dir)
+    found = [(status, run_dir.STATUS_FILE, None), (card, "its run card", (card or {}).get("sha256"))]
+    ckpt = checkpoints.checkpoints_dir(output_dir)
+    for step in reversed(checkpoints.step_folders(ckpt)):
+        manifest = checkpoint_files.read_manifest(ckpt / f"global_step_{step}")
+        found.append((manifest, f"the manifest of checkpoint global_step_{step}", (manifest or {}).get("task_sha256")))
+    for record, source, sha in found:
+        path = (record or {}).get("input_dir") if isinstance(record, dict) else None
+        if isinstance(path, str) and path and not any(r["input_dir"] == path for r in out):
+            out.append({"input_dir": path, "source": source, "sha256": sha if isinstance(sha, dict) else None})
+    return out
+
+
+def same_task(recorded: dict, input_dir: Path) -> bool:
+    """Whether a recorded task folder is input_dir: the same folder (the user may have edited its files: a
+    resume warns about that, it is no other task), or one moved here: the recorded folder is gone and its
+    data and prompt (SAME_DATA) hash as input_dir's do."""
+    try:
+        then, now = Path(recorded["input_dir"]), Path(input_dir)
+        if then.resolve() == now.resolve() or (then.exists() and now.exists() and then.samefile(now)):
+            return True
+        sha = recorded.get("sha256") or {}
+        compared = [n for n in SAME_DATA if n in sha]
+        return (not then.exists() and bool(compared)
+                and all((now / n).is_file() and checkpoint_files.sha256(now / n) == sha[n] for n in compared))
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def other_task(output_dir: Path, input_dir: Path) -> dict | None:
+    """The first record of O that names another task folder than input_dir ({input_dir, source}); None when
+    O holds no run, or only this task's."""
+    return next(({"input_dir": r["input_dir"], "source": r["source"]} for r in recorded_tasks(output_dir)
+                 if not same_task(r, input_dir)), None)
+
+
+def own_folder(output_dir: Path, input_dir: Path) -> Path:
+    """A folder of input_dir's own beside O: O-NAME (NAME the task folder's name), -2, -3 ... when that one holds
+    another task's run too."""
+    base = Path(output_dir).parent / f"{Path(output_dir).name}-{Path(input_dir).name}"
+    for n in range(1, 100):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        if not candidate.exists() or other_task(candidate, input_dir) is None:
+            return candidate
+    return base

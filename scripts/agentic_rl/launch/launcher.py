@@ -147,8 +147,10 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     preflight.check_other_task(output_dir, input_dir)
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
     if args.resume or args.resume_step is not None:
-        preflight.check_resume(output_dir, cfg, overrides, source,
-                               int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
+        target = preflight.check_resume(output_dir, cfg, overrides, source,
+                                        int(args.resume_step) if args.resume_step is not None else None,
+                                        not args.rehearse)
+        preflight.resume_on_cpu(args, output_dir, target)  # a CPU run's checkpoint resumes on CPU
     elif not args.rehearse:
         preflight.refuse_fresh_start(output_dir, input_dir, cfg, overrides)
     preflight.check_judge(input_dir)

@@ -124,10 +124,10 @@ def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
 
 
 def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path, step: int | None = None,
-                 check_files: bool = True) -> None:
+                 check_files: bool = True) -> int:
     """Exit 1 before anything starts when --resume (--resume-step N) finds no checkpoint, a tracker that hides
     the step folders, or a damaged one (a quick look: sizes against the manifest, readable archives); the
-    job checks the same again, sha256 included."""
+    job checks the same again, sha256 included. Returns the step it resumes from."""
     from agentic_rl.checks import config_values
     from agentic_rl.runs import checkpoint_files
 
@@ -138,6 +138,24 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
         if check_files else []
     if problems:
         raise checkpoint_files.damaged_error(output_dir, target, problems)
+    return target
+
+
+def resume_on_cpu(args, output_dir: Path, target: int) -> None:
+    """A --resume with neither --cpu-steps nor --gpus (nor a cluster) of a checkpoint a CPU run saved keeps
+    the run's mode: it resumes on CPU with the run's own step count (args.cpu_steps set; raise it with
+    --resume --cpu-steps M to train on), not as a GPU run on a host that may have no GPU at all."""
+    from agentic_rl.launch.launch_args import ray_address
+    from agentic_rl.runs import checkpoint_files
+
+    if args.cpu_steps is not None or args.gpus or args.rehearse or ray_address(args):
+        return
+    steps = checkpoint_files.cpu_steps_of(output_dir, target)
+    if steps is None:
+        return
+    args.cpu_steps = str(steps)
+    print(f"global_step_{target} was saved by a CPU run (--cpu-steps {steps}): resuming it on CPU with --cpu-steps "
+          f"{steps}; to train past step {steps}, pass --resume --cpu-steps M with M > {steps}", file=sys.stderr)
 
 
 
@@ -161,9 +179,7 @@ def check_gpus_exist(gpus: list[int]) -> None:
     try:
         count = len(nvml.read_gpus())
     except nvml.NvmlUnavailable as exc:
-        raise UserError(f"--gpus {shown}: {exc}", "training needs an NVIDIA GPU and its driver; without one, "
-                        "rehearse the launch path: bash scripts/start_training.sh --input-dir D --rehearse",
-                        EXIT_ENV) from None
+        raise UserError(f"--gpus {shown}: {exc}", gpu_select.NO_GPU_HINT, EXIT_ENV) from None
     missing = [g for g in gpus if g >= count]
     if missing:
         raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
@@ -181,8 +197,7 @@ def check_driver() -> dict:
     try:
         driver = gpu_select.driver_report()
     except nvml.NvmlUnavailable as exc:
-        raise UserError(f"training needs the NVIDIA driver: {exc}", "run on a GPU host (python scripts/check_gpu.py), "
-                        "or rehearse: bash scripts/start_training.sh --input-dir D --rehearse", EXIT_ENV) from None
+        raise UserError(f"training needs the NVIDIA driver: {exc}", gpu_select.NO_GPU_HINT, EXIT_ENV) from None
     if driver["problem"]:
         raise UserError(f"{driver['problem']} ({sys.executable}: torch {driver['torch']}); training would fail at its "
                         "first CUDA call", gpu_stack.ways_out(driver["torch_cuda"]), EXIT_ENV)

@@ -222,6 +222,19 @@ def whole_if_hidden(output_dir: Path) -> int | None:
     return intact_before(ckpt) if checkpoints.tracker_problem(ckpt) else None
 
 
+def cpu_steps_of(output_dir: Path, step: int) -> int | None:
+    """N when global_step_step was saved by a CPU run (--cpu-steps N): its manifest's record, else (a save of
+    before that record) training.status's of a training run that resumed or saved it. None: a GPU run's."""
+    manifest = read_manifest(checkpoints.checkpoints_dir(output_dir) / f"global_step_{step}")
+    if manifest is not None and "cpu_steps" in manifest:
+        steps = manifest["cpu_steps"]
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else None
+    status = run_dir.read_status(output_dir) or {}
+    steps = (status.get("cpu") or {}).get("steps") if isinstance(status.get("cpu"), dict) else None
+    ok = status.get("mode") == "train" and isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1
+    return steps if ok else None
+
+
 def prepare_resume_from(output_dir: Path, step: int) -> Path:
     """--resume-step N: the folder VERL resumes from. VERL reads its tracker even then (and int('') raises):
     one that hides the folders is rewritten to name N; the manifests of later steps go (the run saves those

@@ -1,8 +1,9 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
 O/training.lock and a live run (or its orphans) in O, an output folder holding another task's run, a fresh
-start over checkpoints, --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
-against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
-(its fields, its key's variable, an endpoint that answers).
+start over checkpoints, --resume with nothing to resume (a CPU run's checkpoint resumes on CPU), the GPUs
+(free ones picked by gpu_select, --gpus that exist), the driver against the installed torch's CUDA build, a
+joined Ray cluster's placement, and an LLM judge's judge.json (its fields, its key's variable, an endpoint
+that answers).
 """
 
 from __future__ import annotations

@@ -98,6 +98,8 @@ class Run:
         self.budget = budget.JobBudget(self.output_dir, self.run_id, args.max_hours, args.max_steps, args.stop_on)
         self.budget_stop: str | None = None  # the job stops itself: the budget is spent, no step ended in time
         self.manifests: checkpoint_files.ManifestWriter | None = None
+        self.card: dict = {}  # this start's run card (first_card), and the card O held before it
+        self.previous_card: dict | None = None
 
     def status(self, **fields) -> None:
         run_dir.update_status(self.output_dir, **fields)

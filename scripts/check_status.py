@@ -73,6 +73,7 @@ from agentic_rl.runs import (
     sample_turns,
     samples,
     step_cost,
+    validation,
 )
 
 
@@ -132,8 +133,9 @@ def render(data: dict) -> str:
         shown += f" (process {data['process_state']})"
     rows = [{"item": "status", "value": f"{shown}   run {data['run_id']}, mode {data['mode']}, pid {data['pid']}, "
                                         f"up {hms(data['runtime_s'])}"}]
-    if data["status"] == "failed" and data.get("reason"):
-        rows.append({"item": "reason", "value": f"{data.get('failed_component') or ''}: {data['reason']}"})
+    if data.get("reason") and data["status"] in run_dir.TERMINAL_STATES:  # a budget stop's too, not only --json
+        component = data.get("failed_component") if data["status"] == "failed" else None
+        rows.append({"item": "reason", "value": f"{component + ': ' if component else ''}{data['reason']}"})
     if data.get("problem"):
         rows.append({"item": "PROBLEM", "value": data["problem"]})
     if data["detail"] == "vanished" and not data.get("reason"):  # not cleaned up yet (stop --force records a reason)
@@ -146,8 +148,9 @@ def render(data: dict) -> str:
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  {done} (rehearsal)"})
     else:
         median = f"{p['median_step_s']:.1f}" if p["median_step_s"] else "?"
+        eta = f", ETA {hms(p['eta_s'])}" if data["alive"] else ""  # an ended run has none
         rows.append({"item": "progress", "value": f"{run_health.bar(p['percent'])}  step {p['step']}/"
-                     f"{p['total'] or '?'}, median step {median} s, ETA {hms(p['eta_s'])}"})
+                     f"{p['total'] or '?'}, median step {median} s{eta}"})
     if p["rollouts"] and p.get("unit") != "rollouts":
         r = p["rollouts"]
         rows.append({"item": "rollouts", "value": f"{r['completed']}/{r['enqueued']} of the current batch done, "
@@ -158,13 +161,8 @@ def render(data: dict) -> str:
     gpu = data["gpu_memory"]
     rows.append({"item": "GPU memory", "value": gpu if isinstance(gpu, str) else f"{gpu['used_bytes'] / 2**30:.1f} GiB"})
     rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
-    best = data.get("best_step")
-    if best:
-        noise = f" +- {best['se']:.2g} SE ({best['se_from']})" if best.get("se") is not None else ""
-        rows.append({"item": "best checkpoint", "value": f"global_step_{best['step']}: val reward "
-                     f"{best['val_reward']:.4g}{noise}, {best['rows'] or '?'} rows; latest checkpointed val "
-                     f"{best['latest_val_reward']:.4g} at step {best['latest']}"
-                     + (" (within noise)" if best.get("within_noise_of_latest") else "")})
+    if data.get("best_step"):
+        rows.append({"item": "best checkpoint", "value": validation.best_line(data["best_step"])})
     rows += [{"item": "cost", "value": step_cost.text(data["cost"])}] if step_cost.text(data.get("cost")) else []
     if data.get("budget"):
         b = data["budget"]
@@ -175,6 +173,8 @@ def render(data: dict) -> str:
         lineage = (card.get("lineage") or {})
         resumed = lineage.get("resumed_from")
         rows.append({"item": "run card", "value": f"{card['path']}: {len(card.get('sha256') or {})} task files hashed"
+                     + (f" ({card['files_left_out']} left out: --json run_card.task_files)"
+                        if card.get("files_left_out") else "")
                      + (f"; resumed from {resumed.get('run_id')} step {resumed.get('step')}" if resumed else "")
                      + (f"; task files changed since: {', '.join(lineage['task_files_changed'])}"
                         if lineage.get("task_files_changed") else "")})

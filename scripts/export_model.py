@@ -6,8 +6,8 @@ Usage: export_model.py --output-dir O [--step N|latest | --best] [--target DIR] 
                        [--samples-per-row K] [--input-dir D] [--json]
 
 Export: the latest finished checkpoint (VERL's checkpoints/latest_checkpointed_iteration.txt, the
-default), --step N, or --best (the checkpoint whose validation reward is the highest, check_status's
-best_step; exit 1 when no checkpointed step was validated) goes through VERL's own merger (`python -m verl.model_merger merge --backend fsdp`, in a
+default), --step N, or --best (the whole checkpoint whose validation reward is the highest, check_status's
+best_step, a damaged better one passed over; exit 1 when no checkpointed step was validated) goes through VERL's own merger (`python -m verl.model_merger merge --backend fsdp`, in a
 child process with a Python that has verl: $ARL_TRAIN_PYTHON, this one, the bundle's .venv, then
 .venv-verl) into O/export/global_step_N (or --target), and is then proved: complete (config,
 tokenizer, weights, as check_model.py checks) with the base model's parameter count; the output and the
@@ -33,7 +33,8 @@ the paired difference trained - base of the row means with a 95 % confidence int
 over rows, seeded, its resamples stated), pass@1 and pass@K of both (unbiased estimator, a reward > 0.5
 solves), the rows that regressed (test.jsonl:LINE, both rewards), and a verdict: better, worse or
 no_detectable_difference at that confidence. Start both servers under the model name the output names
-(vLLM: --served-model-name).
+(vLLM: --served-model-name). An --input-dir of another task than the one whose run O holds is refused (exit 4):
+O's checkpoints were not trained on it.
 
     $ python scripts/export_model.py --output-dir /tmp/out --compare --samples-per-row 4 \\
           --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1

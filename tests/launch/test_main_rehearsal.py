@@ -284,18 +284,129 @@ def test_resume_with_a_checkpoint_sets_resume_mode_auto(example_task, tmp_path, 
     assert (out / "metrics" / "attempt-0001.jsonl").read_text().startswith('{"step": 3'), "an earlier attempt was lost"
 
 
-def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders, monkeypatch):
+def test_a_resume_warns_naming_every_file_of_the_task_folder_changed_added_or_removed(example_task, tmp_path,
+                                                                                     run_folders):
+    """#41.22: the run card hashed the six task files only; an MCP server's script or the data tools.py reads
+    changed without a word on resume. Every file of the folder is hashed, and the warning names each."""
+    cut_rows(example_task, "test.jsonl", 2)
+    (example_task / "servers").mkdir()
+    (example_task / "servers" / "calc.py").write_text("print('v1')\n")
+    (example_task / "data").mkdir()
+    (example_task / "data" / "old.csv").write_text("a,b\n")
+    out = tmp_path / "out"
+    run_folders.append(out)
+    make_checkpoint(out, 3)
+    sha, meta = run_card.task_record(example_task)
+    assert {"servers/calc.py", "data/old.csv", "judge.py"} <= set(sha) and meta["not_hashed"] == []
+    checkpoint_files.write_manifest(out / "checkpoints" / "global_step_3", 3, "run-old", sha,
+                                    {"input_dir": str(example_task), "task_files": meta})
+    (example_task / "servers" / "calc.py").write_text("print('v2')\n")
+    (example_task / "data" / "old.csv").unlink()
+    (example_task / "data" / "new.csv").write_text("a,b\n")
+    launch(example_task, out, "--rehearse", "--resume")
+    assert wait_done(out)["status"] == "completed", log_text(out)[-3000:]
+    assert ("these task files changed since: servers/calc.py; added: data/new.csv; removed: data/old.csv"
+            in log_text(out))
+    lineage = json.loads((out / run_dir.RUN_CARD_FILE).read_text())["lineage"]
+    assert lineage["task_files_diff"] == {"changed": ["servers/calc.py"], "added": ["data/new.csv"],
+                                          "removed": ["data/old.csv"]}
+
+
+def test_a_start_that_fails_before_its_services_writes_its_own_card(example_task, tmp_path, run_folders):
+    """#41.16: an MCP server that does not start failed the run before its card was written: the earlier run's
+    card stayed beside the failed run's status. Every start writes its card first (run id, attempt)."""
+    import sys
+
+    cut_rows(example_task, "test.jsonl", 2)
+    agent = json.loads((example_task / "agent.json").read_text())
+    agent["mcp_servers"] = {"broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}
+    (example_task / "agent.json").write_text(json.dumps(agent))
+    out = tmp_path / "out"
+    run_folders.append(out)
+    out.mkdir()
+    (out / run_dir.RUN_CARD_FILE).write_text(json.dumps({"run_id": "run-old", "mode": "rehearse", "sha256": {}}))
+    launch(example_task, out, "--rehearse")
+    st = wait_done(out)
+    assert st["status"] == "failed" and st["failed_component"] == "mcp", st
+    card = json.loads((out / run_dir.RUN_CARD_FILE).read_text())
+    assert card["run_id"] == st["run_id"] and card["attempt"] == st["attempt"] == 1 and card["config"] is None
+    assert card["sha256"]["agent.json"] and card["input_dir"] == str(example_task)
+    shown = json.loads(run_script("check_status.py", "--output-dir", str(out), "--json").stdout)["data"]
+    assert shown["run_card"]["run_id"] == st["run_id"]
+
+
+def test_the_task_record_is_bounded_and_says_what_it_left_out(tmp_path, monkeypatch):
+    """#41.22: every file of the task folder, within bounds; what is left out is listed, never opened when it
+    is no regular file (a named pipe), and a run folder inside the task or Python's caches are not walked."""
+    import os
+
+    task = tmp_path / "task"
+    (task / "rows").mkdir(parents=True)
+    (task / "judge.py").write_text("def judge(): pass\n")
+    for i in range(5):
+        (task / "rows" / f"r{i}.txt").write_text("x" * 10)
+    os.mkfifo(task / "pipe")
+    (task / "__pycache__").mkdir()
+    (task / "__pycache__" / "judge.cpython-312.pyc").write_bytes(b"\0")
+    (task / "out").mkdir()
+    (task / "out" / run_dir.STATUS_FILE).write_text("{}")
+    (task / "linked").symlink_to(task / "rows")
+    monkeypatch.setattr(run_card, "MAX_FILES", 3)
+    sha, meta = run_card.task_record(task)
+    assert set(sha) == {"judge.py", "rows/r0.txt", "rows/r1.txt", "rows/r2.txt"}
+    why = {e["path"]: e["why"] for e in meta["not_hashed"]}
+    assert why == {"pipe": "not a regular file", "out": "a run folder", "linked": "a link to a folder (not followed)",
+                   "rows/r3.txt": "past the first 3 files", "rows/r4.txt": "past the first 3 files"}
+    monkeypatch.setattr(run_card, "MAX_FILES", 100)
+    monkeypatch.setattr(run_card, "MAX_BYTES", 25)
+    assert [e["path"] for e in run_card.task_record(task)[1]["not_hashed"] if "MiB" in e["why"]] == ["rows/r2.txt",
+                                                                                                   "rows/r3.txt",
+                                                                                                   "rows/r4.txt"]
+    before = {"judge.py": "a", "train.jsonl": "b"}  # a record of before the whole folder was hashed: no scope
+    assert run_card.task_diff(before, {"judge.py": "a", "train.jsonl": "c", "rows/r0.txt": "d"}) == {
+        "changed": ["train.jsonl"], "added": [], "removed": []}
+
+
+def test_the_same_task_is_the_same_folder_edited_or_moved_never_another_folder(example_task, tmp_path):
+    """#41.17: how "the same task" is decided. The recorded folder itself, its files edited since: the same. A
+    copy elsewhere: another task, even with equal files. The recorded folder gone and one with its data and
+    prompt here: moved, the same."""
+    import shutil
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sha = run_card.task_hashes(example_task)
+    (out / run_dir.RUN_CARD_FILE).write_text(json.dumps({"run_id": "r", "input_dir": str(example_task), "sha256": sha}))
+    (example_task / "judge.py").write_text("# edited\n")
+    assert run_card.other_task(out, example_task) is None
+    copy = tmp_path / "copy"
+    shutil.copytree(example_task, copy)
+    assert run_card.other_task(out, copy) == {"input_dir": str(example_task), "source": "its run card"}
+    moved = tmp_path / "moved"
+    example_task.rename(moved)
+    assert run_card.other_task(out, moved) is None
+    (moved / "train.jsonl").write_text((moved / "train.jsonl").read_text()[:-200] + "\n")  # moved and its data changed
+    assert run_card.other_task(out, moved)["input_dir"] == str(example_task)
+
+
+def test_a_fresh_training_start_on_a_folder_with_checkpoints_is_refused(example_task, tmp_path, run_folders,
+                                                                      monkeypatch, capsys):
+    """Refused by the launcher, exit 1 with the reason and the --resume command, before anything is written:
+    the earlier run's status stays (the job refused it too, but only after its launch record replaced it)."""
     import fake_nvml
     from agentic_rl.launch import launcher
 
     out = tmp_path / "out"
     run_folders.append(out)
     make_checkpoint(out, 8)
+    files_before = {"status": "completed", "run_id": "run-old", "pid": 999999, "input_dir": str(example_task)}
+    (out / run_dir.STATUS_FILE).write_text(json.dumps(files_before))
     fake_nvml.install(monkeypatch, fake_nvml.FakeNvml([fake_nvml.FakeGpu()]))  # the launcher's: GPU 0 exists
-    launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"])
-    st = wait_done(out, 60)
-    assert st["status"] == "failed" and st["failed_component"] == "config"
-    assert "global_step_8" in st["reason"] and "--resume" in st["reason"]
+    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--gpus", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "global_step_8 from an earlier run: pass --resume" in err and f"--output-dir {out} --resume" in err
+    assert json.loads((out / run_dir.STATUS_FILE).read_text()) == files_before
+    assert not (out / run_dir.LOG_FILE).exists()
 
 
 # --------------------------------------------------------------------------- pieces, in-process
@@ -431,9 +542,20 @@ def test_a_model_endpoint_that_rejects_calls_fails_the_agents_with_a_reason(exam
     assert all("model call failed: HTTP Error 400" in r["reason"] for r in rep["rows"]), rep["rows"]
 
 
-def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_task, tmp_path, run_folders, monkeypatch):
-    """#18 E.17: tasks/a and tasks/b share the default tasks/outputs. b's start there is refused (exit 4) naming
-    a; named on purpose (--output-dir) it starts, with a warning naming a."""
+def folder_state(out: Path) -> dict:
+    """Every file under O with its bytes' digest (the lock file's flock leaves no trace in it)."""
+    import hashlib
+
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def test_a_task_never_starts_over_another_tasks_run_whatever_names_the_folder(example_task, tmp_path, run_folders,
+                                                                             monkeypatch):
+    """#18 E.17, #41.17: tasks/a and tasks/b in one folder, whether the default tasks/outputs, --output-dir or
+    EVO_OUTPUT_DIR names it: b's start is refused (exit 4) naming a, before anything is written (a's status,
+    log, rehearsal.json and checkpoints stay byte for byte), the hint naming a folder of b's own; and
+    --compare never scores b's task with a's checkpoints. a itself, its files edited since, starts there."""
     import shutil
 
     monkeypatch.setenv("EVO_OUTPUT_DIR", "")  # the walkthrough's shell: unset, the default applies
@@ -447,14 +569,29 @@ def test_sibling_tasks_do_not_share_the_default_output_folder_silently(example_t
     first = run_script("start_training.sh", "--input-dir", str(a), "--rehearse")
     assert first.returncode == 0, first.stderr
     assert wait_done(out)["status"] == "completed"
-    refused = run_script("start_training.sh", "--input-dir", str(b), "--rehearse")
-    assert refused.returncode == cli.EXIT_CONFLICT, refused.stderr
-    assert f"holds a run of another task ({a})" in refused.stderr and "outputs-b" in refused.stderr
-    assert run_dir.read_status(out)["input_dir"] == str(a), "the refusal left task a's run as it was"
-    assert (out / run_dir.REHEARSAL_FILE).exists()
-    named = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", str(out), "--rehearse")
-    assert named.returncode == 0 and f"Warning: {out} holds a run of another task ({a})" in named.stderr, named.stderr
-    assert wait_done(out)["input_dir"] == str(b)
+    make_checkpoint(out, 2)  # a's run saved a checkpoint (a --cpu-steps run's)
+    before = folder_state(out)
+    assert run_dir.REHEARSAL_FILE in before and run_dir.STATUS_FILE in before
+    for how, env in (("default", {}), ("--output-dir", {}), ("EVO_OUTPUT_DIR", {"EVO_OUTPUT_DIR": str(out)})):
+        named = ["--output-dir", str(out)] if how == "--output-dir" else []
+        for mode in (["--rehearse"], ["--cpu-steps", "2"]):
+            refused = run_script("start_training.sh", "--input-dir", str(b), *named, *mode, env=env)
+            assert refused.returncode == cli.EXIT_CONFLICT, (how, mode, refused.stderr)
+            assert f"Error: {out} holds a run of another task ({a}, named by" in refused.stderr
+            assert f"Hint: give this task a folder of its own: --output-dir {out}-b" in refused.stderr
+            assert folder_state(out) == before, f"{how} {mode}: the refusal changed a's records"
+    compared = run_script("export_model.py", "--output-dir", str(out), "--compare", "--input-dir", str(b),
+                          "--model-endpoint", "http://127.0.0.1:9/v1", "--model-endpoint", "http://127.0.0.1:9/v1")
+    assert compared.returncode == cli.EXIT_CONFLICT and f"holds a run of another task ({a}" in compared.stderr
+    assert not (out / "compare").exists()
+    (a / "judge.py").write_text((a / "judge.py").read_text() + "\n# edited\n")  # a, edited: still a
+    again = run_script("start_training.sh", "--input-dir", str(a), "--output-dir", str(out), "--rehearse")
+    assert again.returncode == 0, again.stderr
+    assert wait_done(out)["input_dir"] == str(a)
+    own = run_script("start_training.sh", "--input-dir", str(b), "--output-dir", f"{out}-b", "--rehearse")
+    run_folders.append(Path(f"{out}-b"))
+    assert own.returncode == 0, own.stderr
+    assert wait_done(Path(f"{out}-b"))["input_dir"] == str(b)
 
 
 def test_a_rehearsal_stopped_by_its_failures_leaves_its_own_report(example_task, tmp_path, run_folders):

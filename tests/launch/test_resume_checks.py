@@ -12,10 +12,10 @@ import pytest
 from agentic_rl import files
 from agentic_rl.launch import launcher
 from agentic_rl.runs import checkpoint_files, checkpoints, run_dir
-from conftest import run_module
+from conftest import run_module, run_script
 
 
-def saved(out, step: int, manifest: bool = True):
+def saved(out, step: int, manifest: bool = True, run: dict | None = None):
     """global_step_N as VERL's FSDP save leaves it (zip .pt files, as torch.save writes them)."""
     actor = out / run_dir.CHECKPOINTS_DIR / f"global_step_{step}" / "actor"
     (actor / "huggingface").mkdir(parents=True)
@@ -25,7 +25,7 @@ def saved(out, step: int, manifest: bool = True):
         archive.writestr("archive/data.pkl", os.urandom(2048))
     (out / run_dir.CHECKPOINTS_DIR / run_dir.TRACKER).write_text(str(step))
     if manifest:
-        checkpoint_files.write_manifest(actor.parent, step, "run-a", {"judge.py": "0" * 64})
+        checkpoint_files.write_manifest(actor.parent, step, "run-a", {"judge.py": "0" * 64}, run)
     return actor / "model_world_size_1_rank_0.pt"
 
 
@@ -104,3 +104,38 @@ def test_the_manifest_writer_records_a_save_once_the_tracker_names_it(tmp_path):
     assert set(manifest["files"]) == {"actor/fsdp_config.json", "actor/huggingface/config.json",
                                       "actor/model_world_size_1_rank_0.pt"}
     assert all(len(e["sha256"]) == 64 and e["size"] > 0 for e in manifest["files"].values())
+
+
+def test_a_cpu_runs_checkpoint_resumes_on_cpu_and_no_gpu_hint_leaves_out_cpu_steps(example_task, tmp_path,
+                                                                                   run_folders):
+    """#41.19: --resume of a --cpu-steps run went the GPU way: exit 3 "no NVIDIA driver ... rehearse", which
+    SKILL.md says not to retry. It keeps the run's mode: on CPU, with the run's own step count (here nothing is
+    left: the job says which --cpu-steps trains on). A GPU run's checkpoint on a host without a driver: exit 3
+    whose hint names --cpu-steps beside --rehearse, as check_gpu.py's does."""
+    import json
+
+    from make_tiny_model import make_tiny_model
+
+    make_tiny_model(tmp_path / "models" / "tiny")  # $EVO_MODELS_DIR (conftest)
+    agent = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny"}))
+    out = tmp_path / "out"
+    run_folders.append(out)
+    saved(out, 2, run={"cpu_steps": 2, "input_dir": str(example_task)})
+    files.atomic_write_json(out / run_dir.STATUS_FILE, {"status": "completed", "run_id": "run-a", "pid": 999999999,
+                                                        "mode": "train", "input_dir": str(example_task)})
+    resumed = run_script("start_training.sh", "--input-dir", str(example_task), "--output-dir", str(out), "--resume",
+                         env={"ARL_START_WAIT_S": "120"}, timeout=300)
+    assert resumed.returncode == 1, resumed.stderr  # not 3: no GPU was asked for
+    assert "saved by a CPU run (--cpu-steps 2): resuming it on CPU with --cpu-steps 2" in resumed.stderr
+    assert "nothing left to train" in resumed.stderr and "--cpu-steps 3 or more" in resumed.stderr, resumed.stderr
+    st = run_dir.read_status(out)
+    assert st["failed_component"] == "preflight" and "nothing left to train" in st["reason"], st
+    assert "mode train on CPU, 2 steps" in (out / run_dir.LOG_FILE).read_text()
+    gpu = tmp_path / "gpu-run"
+    saved(gpu, 2, run={"cpu_steps": None, "input_dir": str(example_task)})
+    refused = run_script("start_training.sh", "--input-dir", str(example_task), "--output-dir", str(gpu), "--resume")
+    assert refused.returncode == 3 and "--rehearse" in refused.stderr, refused.stderr
+    assert "--cpu-steps N" in refused.stderr and "--resume --cpu-steps M" in refused.stderr
+    checked = run_script("check_gpu.py", "--required", "1")
+    assert checked.returncode == 3 and "--cpu-steps N" in checked.stderr and "--rehearse" in checked.stderr

@@ -78,3 +78,38 @@ def test_its_own_model_is_built_once_in_the_first_models_root(tmp_path, monkeypa
     # one head of 64: a size every GPU attention kernel has (vLLM, flash-attn), not the tests' 4 heads of 8
     assert config["hidden_size"] // config["num_attention_heads"] == 64
     assert selftest.ensure_model(ROOT / "assets" / "selftest") == {"model": str(dest.resolve()), "built": False}
+
+
+def test_a_folder_with_an_earlier_runs_checkpoints_is_refused_with_the_reason(tmp_path):
+    """#41.14: the self-test printed "last lines of training.log:" and nothing more: the reason ("pass --resume
+    or use a new --output-dir") was dropped. It is said, in the table and in --json, and the earlier run's
+    record is left as it was."""
+    from agentic_rl import files
+    from agentic_rl.runs import run_dir
+
+    task = copy_selftest(tmp_path)
+    out = tmp_path / "out"
+    (out / "checkpoints" / "global_step_4" / "actor").mkdir(parents=True)
+    (out / "checkpoints" / run_dir.TRACKER).write_text("4")
+    earlier = {"status": "completed", "run_id": "run-old", "pid": 999999999, "mode": "train", "input_dir": str(task)}
+    files.atomic_write_json(out / run_dir.STATUS_FILE, earlier)
+    for extra in ([], ["--json"]):
+        proc = run_script("selftest.py", "--input-dir", str(task), "--output-dir", str(out), *extra, timeout=600)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        said = json.loads(proc.stdout)["error"] if extra else {"message": proc.stderr, "hint": proc.stderr}
+        assert "global_step_4 from an earlier run: pass --resume" in said["message"], said
+        assert "use a new --output-dir" in said["message"] + said["hint"]
+    assert json.loads((out / run_dir.STATUS_FILE).read_text()) == earlier
+
+
+def test_a_start_that_dies_at_once_is_said_with_the_lines_of_its_log():
+    """#41.14: start_training.sh's Error over several lines (a job that died at once quotes its log) is kept
+    whole, its Hint apart."""
+    err = ("Warning: something first\nError: the job (pid 7) exited with code 1 within its first seconds; last lines "
+           "of O/training.log:\n[main] failed (config): O/checkpoints holds global_step_4 from an earlier run: pass "
+           "--resume\nHint: fix what the log says and start again\n")
+    failure = selftest.start_failure(err, 1)
+    assert failure.message.startswith("start_training.sh: the job (pid 7) exited")
+    assert failure.message.endswith("holds global_step_4 from an earlier run: pass --resume")
+    assert failure.hint == "fix what the log says and start again" and failure.code == 1
+    assert selftest.start_failure("boom\n", 3).message == "start_training.sh: exit 3: boom"

@@ -56,8 +56,8 @@ def write_status(out: Path, **fields) -> None:
 
 
 @pytest.mark.parametrize("family", [STOCK, AGL], ids=["stock-verl", "agent-lightning"])
-def test_healthy_history_progress_and_no_flags(tmp_path, family):
-    write_status(tmp_path)
+def test_healthy_history_progress_and_no_flags(tmp_path, family, live_run):
+    write_status(tmp_path, **live_run)
     write_history(tmp_path, range(1, 11), family)
     data = run_status.collect(tmp_path)
     assert data["progress"]["step"] == 10 and data["progress"]["total"] == 40
@@ -73,8 +73,8 @@ def flag_names(tmp_path, family=AGL, writer=verl_file_logger_line, **over):
     return {f["flag"]: f for f in run_status.collect(tmp_path)["flags"]}
 
 
-def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path):
-    write_status(tmp_path, status="completed")
+def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path, live_run):
+    write_status(tmp_path, **live_run)
     (tmp_path / run_dir.LOG_FILE).write_text(
         "AglRolloutManager: completed=64/64 succeeded=64 failed=0\n[step 1 done]\n"
         "AglRolloutManager: completed=12/64 succeeded=11 failed=1\nINFO other line\n")
@@ -83,6 +83,68 @@ def test_rollouts_of_the_current_batch_from_agent_lightnings_log_lines(tmp_path)
     assert "12/64 of the current batch done, 1 failed" in check_status.render(data)
     (tmp_path / run_dir.LOG_FILE).write_text("no rollout yet\n")
     assert run_status.collect(tmp_path)["progress"]["rollouts"] is None
+
+
+NOISE = """(TaskRunner pid=4242) Traceback (most recent call last):
+(TaskRunner pid=4242)   File "/v/torch/utils/data/dataloader.py", line 1251, in _try_get_data
+(TaskRunner pid=4242)     data = self._data_queue.get(timeout=timeout)
+(TaskRunner pid=4242)   File "/v/torch/utils/data/_utils/signal_handling.py", line 73, in handler
+(TaskRunner pid=4242)     _error_if_any_worker_fails()
+(TaskRunner pid=4242) RuntimeError: DataLoader worker (pid 5151) is killed by signal: Killed.
+(TaskRunner pid=4242)
+(TaskRunner pid=4242) The above exception was the direct cause of the following exception:
+(TaskRunner pid=4242)
+(TaskRunner pid=4242) Traceback (most recent call last):
+(TaskRunner pid=4242)   File "/v/torch/utils/data/dataloader.py", line 1264, in _try_get_data
+(TaskRunner pid=4242)     raise RuntimeError(f"DataLoader worker (pid(s) {pids_str}) exited unexpectedly") from e
+(TaskRunner pid=4242) RuntimeError: DataLoader worker (pid(s) 5151, 5152) exited unexpectedly
+"""
+
+
+def test_an_ended_run_shows_its_reason_no_eta_no_batch_and_its_shutdown_noise_as_noise(tmp_path):
+    """#41.21: a budget stop: its reason in the table (not only --json), no ETA and no "rollouts 20/32" of a
+    batch nobody runs, and the tracebacks of dataloader workers killed at its clean shutdown not shown as a
+    crash (a failed run keeps them)."""
+    reason = "budget: --max-steps 2 reached at step 2 (checkpoint global_step_2)"
+    write_status(tmp_path, status="stopped", exit_code=0, reason=reason)
+    write_history(tmp_path, range(1, 3), AGL)
+    (tmp_path / run_dir.LOG_FILE).write_text("=== start_training.sh T: run r1, mode train, GPUs 0 ===\n"
+                                             "AglRolloutManager: completed=20/32 succeeded=20 failed=0\n"
+                                             "[main] stopped\n" + NOISE)
+    shown = run_script("check_status.py", "--output-dir", str(tmp_path), "--json")
+    data = json.loads(shown.stdout)["data"]
+    assert data["progress"]["eta_s"] is None and data["progress"]["rollouts"] is None
+    assert data["reason"] == reason and data["log_noise_lines"] == 13
+    assert data["log_tail"][-2] == "[main] stopped" and "shutdown noise left out" in data["log_tail"][-1]
+    assert "Traceback" not in json.dumps(data["log_tail"]) and "killed by signal" not in json.dumps(data["log_tail"])
+    table = run_script("check_status.py", "--output-dir", str(tmp_path)).stdout
+    assert next(line for line in table.splitlines() if line.startswith("reason")).endswith(reason)
+    assert "ETA" not in table and "of the current batch" not in table and "Traceback" not in table
+    write_status(tmp_path, status="failed", exit_code=1, reason="trainer: RuntimeError", failed_component="trainer")
+    failed = run_status.collect(tmp_path)
+    assert failed["log_noise_lines"] == 0 and "RuntimeError: DataLoader worker (pid 5151)" in "\n".join(failed["log_tail"])
+
+
+def test_no_signal_from_samples_shows_in_the_table_json_and_samples_alike(tmp_path):
+    """#41.21: a short run (2 steps of group counts: too few for the metrics to judge) whose train samples show
+    one reward per group: no_signal was in --samples only; it is in the status, --json and --samples alike,
+    and a run whose counts judged it (3 steps, most groups varied) shows it nowhere."""
+    write_status(tmp_path, status="completed")
+    write_history(tmp_path, range(1, 3), AGL, training__n_groups=lambda s: 4, training__n_zero_adv_groups=lambda s: 4)
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "train.jsonl").write_text("".join(json.dumps(
+        {"run_id": "r1", "rollout_id": f"{s}-{r}-{i}", "split": "train", "step": s, "row_id": str(r), "reward": 1.0,
+         "prompt": f"p{r}", "response": f"answer {r} {i}", "time": f"t{s:03d}{r:03d}{i:03d}"}) + "\n"
+        for s in (1, 2) for r in range(4) for i in range(2)))
+
+    def no_signal(*extra):
+        proc = run_script("check_status.py", "--output-dir", str(tmp_path), "--json", *extra)
+        return [f for f in json.loads(proc.stdout)["data"]["flags"] if f["flag"] == "no_signal"]
+
+    assert no_signal() and no_signal("--samples", "3") and no_signal()[0]["message"] == no_signal("--samples", "3")[0]["message"]
+    assert "FLAG no_signal" in run_script("check_status.py", "--output-dir", str(tmp_path)).stdout
+    write_history(tmp_path, range(1, 4), AGL, training__n_groups=lambda s: 4, training__n_zero_adv_groups=lambda s: 1)
+    assert not no_signal() and not no_signal("--samples", "3")
 
 
 def test_reward_std_zero_flags_no_signal(tmp_path):

@@ -22,6 +22,19 @@ def running(tmp_path, steps: range, **over) -> dict:
     return verdict.judge(h["history"], h["flags"], {"stalled": False}, {"status": "running"}, h["recent"], h["evals"])
 
 
+def saved(out, step: int, shard: bytes = b"\x80\x02weights") -> None:
+    """global_step_N as a finished save leaves it (a shard with its manifest), the tracker naming the newest."""
+    from agentic_rl.runs import checkpoint_files
+
+    folder = out / "checkpoints" / f"global_step_{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model_world_size_1_rank_0.pt").write_bytes(shard)
+    checkpoint_files.write_manifest(folder, step, "r1")
+    tracker = out / "checkpoints" / run_dir.TRACKER
+    if not tracker.exists() or int(tracker.read_text()) < step:
+        files.atomic_write_text(tracker, str(step))
+
+
 def held(v: dict) -> dict:
     return {t["verdict"]: t["held"] for t in v["tests"]}
 
@@ -114,8 +127,7 @@ def test_check_status_json_carries_the_verdict_and_best_step_and_keeps_its_exit_
     write_history(tmp_path, range(1, 21), AGL, val__n_rollouts=lambda s: 50 if s % 5 == 0 else None,
                   actor__grad_norm=lambda s: math.nan if s == 20 else 0.5)
     for step in (10, 20):
-        (tmp_path / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
-    (tmp_path / "checkpoints" / run_dir.TRACKER).write_text("20")
+        saved(tmp_path, step)
     proc = run_script("check_status.py", "--output-dir", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr  # stopped: exit 0, whatever the verdict
     data = json.loads(proc.stdout)["data"]
@@ -133,7 +145,73 @@ def test_the_best_step_rests_on_samples_when_the_run_kept_them(tmp_path):
     samples = [{"split": "val", "step": 5, "reward": r} for r in (1.0, 0.0) * 4]
     (e,) = validation.evaluations(history, samples)
     assert e["se_from"] == "samples" and e["se"] == pytest.approx(math.sqrt(0.25 * 8 / 7 / 8), abs=1e-6)
-    (tmp_path / "checkpoints" / "global_step_5").mkdir(parents=True)
+    saved(tmp_path, 5)
+    (tmp_path / "checkpoints" / run_dir.TRACKER).unlink()
     assert validation.best_checkpoint(tmp_path, [e]) is None  # no tracker: no finished save
     files.atomic_write_text(tmp_path / "checkpoints" / run_dir.TRACKER, "5")
     assert validation.best_checkpoint(tmp_path, [e])["step"] == 5
+
+
+def test_a_damaged_best_checkpoint_is_flagged_passed_over_and_export_best_takes_the_best_whole_one(tmp_path):
+    """#41.12: the best by validation is the oldest step, a shard cut short. check_status names the best whole
+    step, flags the damaged one (its validation said) with the whole steps in its hint, never "nothing earlier
+    is whole" while later steps are; export --best passes over it to the best whole step."""
+    from agentic_rl.cli import UserError
+    from agentic_rl.export import exporter
+
+    write_status(tmp_path, status="completed", input_dir=str(tmp_path / "task"))
+    write_history(tmp_path, range(1, 21), AGL, val__reward=lambda s: {5: 0.9, 10: 0.3, 15: 0.5, 20: 0.6}.get(s),
+                  val__n_rollouts=lambda s: 200 if s % 5 == 0 else None)
+    for step in (5, 10, 15, 20):
+        saved(tmp_path, step, shard=b"PK\x03\x04" + bytes(64) if step == 5 else b"\x80\x02weights")
+    shard = tmp_path / "checkpoints" / "global_step_5" / "model_world_size_1_rank_0.pt"
+    shard.write_bytes(shard.read_bytes()[:40])  # cut short after VERL saved it
+    data = json.loads(run_script("check_status.py", "--output-dir", str(tmp_path), "--json").stdout)["data"]
+    best = data["best_step"]
+    assert best["step"] == 20 and best["val_reward"] == 0.6 and best["passed_over"][0]["step"] == 5
+    assert "passed over, its files damaged: global_step_5 (val reward 0.9)" in best["why"]
+    flag = next(f for f in data["flags"] if f["flag"] == "checkpoint_damaged")
+    assert flag["step"] == 5 and str(shard) in flag["message"] and "above best_step's" in flag["message"]
+    assert "the steps whose files look whole: 20, 15, 10" in flag["hint"] and "--step 20" in flag["hint"]
+    assert "is whole" not in json.dumps(data)
+    table = run_script("check_status.py", "--output-dir", str(tmp_path)).stdout
+    assert "global_step_20: val reward 0.6" in table and "FLAG checkpoint_damaged" in table
+    chosen = exporter.best_step(tmp_path)
+    assert chosen["step"] == 20 and chosen["passed_over"][0]["step"] == 5
+    with pytest.raises(UserError) as refused:  # --step 5 by hand: refused, naming the whole steps
+        exporter.find_checkpoint(tmp_path, 5, False)
+    assert "global_step_5 is damaged" in refused.value.message and "look whole: 20, 15, 10" in refused.value.hint
+    for step in (10, 15, 20):  # every validated checkpoint damaged: --best says so, and that none is whole
+        (tmp_path / "checkpoints" / f"global_step_{step}" / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    with pytest.raises(UserError) as refused:
+        exporter.best_step(tmp_path)
+    assert "every validated checkpoint is damaged (global_step_5, global_step_20" in refused.value.message
+    assert "no other checkpoint is whole" in refused.value.hint
+
+
+def test_a_validation_reward_stuck_at_0_or_1_is_no_plateau_but_no_signal(tmp_path):
+    """#41 S: a reward that never moved has a standard error of 0; 'within its noise' held on it and the verdict
+    advised exporting a 'best' checkpoint that means nothing. It is no_signal, said so; a finished run is not
+    told to export one."""
+    def evals(value, n=6):
+        return [{"step": 5 * i, "val_reward": value, "rows": 100, "se": validation.bound_error(value, 100),
+                 "se_from": "bound"} for i in range(n)]
+
+    for value, said in ((0.0, "the model solved no validation row"), (1.0, "solved from the start")):
+        v = verdict.judge([], [], {}, {"status": "running"}, [], evals(value))
+        assert v["verdict"] == "stop_no_signal", v
+        assert said in v["evidence"]["message"] and "not a plateau" in v["evidence"]["message"]
+        plateau = next(t for t in v["tests"] if t["verdict"] == "plateau")
+        assert plateau["held"] is False and plateau["evidence"]["stuck"] is True
+        done = verdict.judge([], [], {}, {"status": "completed"}, [], evals(value))
+        assert done["evidence"]["health"] == "stop_no_signal" and "gains nothing" in done["action"]
+        assert "export the best checkpoint" not in done["action"] and "export it" not in done["action"]
+    assert verdict.judge([], [], {}, {"status": "running"}, [], evals(0.0, 5))["verdict"] == "continue"  # 5: not judged
+    moved = evals(0.0) + [{"step": 30, "val_reward": 0.01, "rows": 100, "se": 0.0099, "se_from": "bound"}]
+    assert verdict.stuck(moved)["held"] is False
+    write_status(tmp_path, status="completed")
+    write_history(tmp_path, range(1, 31), AGL, val__reward=lambda s: 0.0 if s % 5 == 0 else None)
+    for step in (25, 30):
+        saved(tmp_path, step)
+    data = run_status.collect(tmp_path)
+    assert data["best_step"]["all_equal"] is True and "none is better than another" in data["best_step"]["why"]

@@ -141,6 +141,13 @@ def driver_report() -> dict:
     return out
 
 
+# What a host without a GPU driver can still do (check_gpu.py's and the launcher's exit 3 say it).
+NO_GPU_HINT = ("run on a host where nvidia-smi works; without a GPU, rehearse the launch path (bash "
+               "scripts/start_training.sh --input-dir D --rehearse) or train a few real steps on CPU (--cpu-steps N "
+               "instead of --gpus; a --cpu-steps run resumes on CPU: --resume, or --resume --cpu-steps M to train "
+               "up to step M)")
+
+
 def local_report(n: int, max_util: float, max_mem: float, samples: int, interval: float,
                  min_free_frac: float | None) -> dict:
     """Read the GPUs, judge each and choose n. Raises UserError(EXIT_ENV) without a driver."""
@@ -149,8 +156,7 @@ def local_report(n: int, max_util: float, max_mem: float, samples: int, interval
     try:
         gpus = nvml.read_gpus(samples=samples, interval=interval)
     except nvml.NvmlUnavailable as exc:
-        raise UserError(str(exc), "run on a host where nvidia-smi works; without a GPU, rehearse: "
-                        "bash scripts/start_training.sh --input-dir DIR --rehearse", EXIT_ENV) from None
+        raise UserError(str(exc), NO_GPU_HINT, EXIT_ENV) from None
     try:
         driver = driver_report()
     except nvml.NvmlUnavailable:  # it answered a moment ago: report the GPUs without it

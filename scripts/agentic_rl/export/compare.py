@@ -26,9 +26,9 @@ from pathlib import Path
 
 from agentic_rl import cli, files, task
 from agentic_rl.checks import model_files
-from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
+from agentic_rl.cli import EXIT_CONFLICT, EXIT_ENV, EXIT_FAIL, EXIT_USAGE, UserError
 from agentic_rl.edge import procs
-from agentic_rl.runs import run_dir
+from agentic_rl.runs import run_card, run_dir
 
 ROLES = ("base", "trained")
 COMPARE_DIR = run_dir.COMPARE_DIR
@@ -163,6 +163,13 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per
                         f"e.g. --samples-per-row 4; {SAMPLES_WHY}", EXIT_USAGE)
     if not (input_dir / "test.jsonl").is_file():
         raise UserError(f"{input_dir / 'test.jsonl'} not found", "pass the task folder with --input-dir", EXIT_ENV)
+    other = run_card.other_task(output_dir, input_dir)
+    if other is not None:  # the trained model came from O's checkpoints: scored on another task, it means nothing
+        raise UserError(f"{output_dir} holds a run of another task ({other['input_dir']}, named by {other['source']}), "
+                        f"not of {input_dir}: its checkpoints are not this task's, so the trained model would be "
+                        "scored on a task it was not trained on",
+                        f"compare on the task that trained them (leave out --input-dir), or pass the --output-dir of "
+                        f"{input_dir}'s own run", EXIT_CONFLICT)
     name = expected_model_name(input_dir)
     for url in endpoints:
         ids = served_models(url)

@@ -61,8 +61,9 @@ def tracker_step(ckpt_dir: Path) -> int | None:
 actor_problems = checkpoint_files.actor_problems
 
 
-def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
-    """The finished checkpoint to export: {step, actor_dir, tracker}. Raises UserError (1, or 4 while live)."""
+def find_checkpoint(output_dir: Path, step: int | None, live: bool, hashed: bool = False) -> dict:
+    """The finished checkpoint to export: {step, actor_dir, tracker}. Raises UserError (1, or 4 while live).
+    hashed: its files were just checked against their sha256 (--best chose it so): not hashed again."""
     ckpt = output_dir / run_dir.CHECKPOINTS_DIR
     steps = step_folders(ckpt)
     tracked = tracker_step(ckpt)
@@ -92,7 +93,7 @@ def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
                         EXIT_FAIL)
     actor = ckpt / f"global_step_{want}" / "actor"
     # A file cut short or changed since VERL saved it, or one the merger needs missing: named, with the step before.
-    damage = checkpoint_files.check(ckpt / f"global_step_{want}", full=True)
+    damage = checkpoint_files.check(ckpt / f"global_step_{want}", full=not hashed)
     damage += [p for p in (actor_problems(actor) if actor.is_dir() else [f"{actor} is missing"]) if p not in damage]
     if damage:
         raise checkpoint_files.damaged_error(output_dir, want, damage, full=True)
@@ -100,8 +101,9 @@ def find_checkpoint(output_dir: Path, step: int | None, live: bool) -> dict:
 
 
 def best_step(output_dir: Path) -> dict:
-    """--best: the checkpoint with the highest validation reward (validation.best_checkpoint over this run's
-    metrics and val samples, a damaged newer step left out). Exit 1 when no checkpointed step was validated."""
+    """--best: the whole checkpoint with the highest validation reward (validation.best_checkpoint over this
+    run's metrics and val samples; a damaged one, its sha256 checked, is passed over and named). Exit 1 when
+    no checkpointed step was validated, or none of those is whole (the hint names the whole steps)."""
     from agentic_rl.runs import attempts, metrics_reader, sample_reader, validation
 
     scope = attempts.run_scope(output_dir, (run_dir.read_status(output_dir) or {}).get("run_id"))
@@ -109,7 +111,13 @@ def best_step(output_dir: Path) -> dict:
     val = [s for s in sample_reader.read(output_dir) if s.get("split") == "val"
            and (scope is None or s.get("run_id") in scope["run_ids"])]
     usable = checkpoint_files.usable_steps(output_dir)["usable"]
-    best = validation.best_checkpoint(output_dir, validation.evaluations(history, val), usable)
+    best = validation.best_checkpoint(output_dir, validation.evaluations(history, val), usable, full=True)
+    if best is not None and best["step"] is None:
+        first = best["passed_over"][0]
+        error = checkpoint_files.damaged_error(output_dir, first["step"], first["problems"])
+        shown = ", ".join(f"global_step_{p['step']}" for p in best["passed_over"])
+        raise UserError(f"--best: every validated checkpoint is damaged ({shown}); {error.message}",
+                        f"{error.hint}; the default export (leave out --best) takes the latest whole step", EXIT_FAIL)
     if best is None:
         raise UserError(f"--best: no validation reward at a checkpointed step in {output_dir} (its metrics have "
                         f"{len(metrics_reader.series(history, 'val_reward'))} validations; checkpoints: "
@@ -292,7 +300,7 @@ def export(output_dir: Path, step: int | None, target: Path | None, force: bool,
     chosen = best_step(output_dir) if best else {
         "by": "step" if step is not None else "latest",
         "why": "--step" if step is not None else f"the latest finished step ({run_dir.TRACKER})"}
-    ckpt = find_checkpoint(output_dir, chosen["step"] if best else step, state["live"])
+    ckpt = find_checkpoint(output_dir, chosen["step"] if best else step, state["live"], hashed=best)
     target = (target or default_target(output_dir, ckpt["step"])).resolve()
     check_target(target, output_dir, force, task_folder(output_dir))
     python, how = verl_merge.find_train_python()

@@ -203,11 +203,15 @@ def launch_in(args, overrides: list[str], input_dir: Path, output_dir: Path) -> 
 def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path, held: list[int]) -> int:
     lock_fd = held[0]
     preflight.refuse_live(output_dir)
-    preflight.check_other_task(output_dir, input_dir, bool(args.output_dir or os.environ.get("EVO_OUTPUT_DIR")))
+    preflight.check_other_task(output_dir, input_dir)
     source, cfg = preflight.load_user_config(input_dir, args.config_file)
     if args.resume or args.resume_step is not None:
-        preflight.check_resume(output_dir, cfg, overrides, source,
-                               int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
+        target = preflight.check_resume(output_dir, cfg, overrides, source,
+                                        int(args.resume_step) if args.resume_step is not None else None,
+                                        not args.rehearse)
+        preflight.resume_on_cpu(args, output_dir, target)  # a CPU run's checkpoint resumes on CPU
+    elif not args.rehearse:
+        preflight.refuse_fresh_start(output_dir, input_dir, cfg, overrides)
     preflight.check_judge(input_dir, output_dir)
     preflight.check_tool_clash(input_dir)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None

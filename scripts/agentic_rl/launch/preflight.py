@@ -1,8 +1,9 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
-O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
---resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
-against the installed torch's CUDA build, a joined Ray cluster's placement, an LLM judge's judge.json
-(its fields, its key's variable, an endpoint that answers), and a tool name published twice (MCP servers, tools.py).
+O/training.lock and a live run (or its orphans) in O, an output folder holding another task's run, a fresh
+start over checkpoints, --resume with nothing to resume (a CPU run's checkpoint resumes on CPU), the GPUs
+(free ones picked by gpu_select, --gpus that exist), the driver against the installed torch's CUDA build, a
+joined Ray cluster's placement, an LLM judge's judge.json (its fields, its key's variable, an endpoint that
+answers, its cache), and a tool name published twice (MCP servers, tools.py).
 """
 
 from __future__ import annotations
@@ -125,10 +126,10 @@ def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
 
 
 def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path, step: int | None = None,
-                 check_files: bool = True) -> None:
+                 check_files: bool = True) -> int:
     """Exit 1 before anything starts when --resume (--resume-step N) finds no checkpoint, a tracker that hides
     the step folders, or a damaged one (a quick look: sizes against the manifest, readable archives); the
-    job checks the same again, sha256 included."""
+    job checks the same again, sha256 included. Returns the step it resumes from."""
     from agentic_rl.checks import config_values
     from agentic_rl.runs import checkpoint_files
 
@@ -139,6 +140,24 @@ def check_resume(output_dir: Path, cfg: dict, overrides: list[str], source: Path
         if check_files else []
     if problems:
         raise checkpoint_files.damaged_error(output_dir, target, problems)
+    return target
+
+
+def resume_on_cpu(args, output_dir: Path, target: int) -> None:
+    """A --resume with neither --cpu-steps nor --gpus (nor a cluster) of a checkpoint a CPU run saved keeps
+    the run's mode: it resumes on CPU with the run's own step count (args.cpu_steps set; raise it with
+    --resume --cpu-steps M to train on), not as a GPU run on a host that may have no GPU at all."""
+    from agentic_rl.launch.launch_args import ray_address
+    from agentic_rl.runs import checkpoint_files
+
+    if args.cpu_steps is not None or args.gpus or args.rehearse or ray_address(args):
+        return
+    steps = checkpoint_files.cpu_steps_of(output_dir, target)
+    if steps is None:
+        return
+    args.cpu_steps = str(steps)
+    print(f"global_step_{target} was saved by a CPU run (--cpu-steps {steps}): resuming it on CPU with --cpu-steps "
+          f"{steps}; to train past step {steps}, pass --resume --cpu-steps M with M > {steps}", file=sys.stderr)
 
 
 
@@ -162,9 +181,7 @@ def check_gpus_exist(gpus: list[int]) -> None:
     try:
         count = len(nvml.read_gpus())
     except nvml.NvmlUnavailable as exc:
-        raise UserError(f"--gpus {shown}: {exc}", "training needs an NVIDIA GPU and its driver; without one, "
-                        "rehearse the launch path: bash scripts/start_training.sh --input-dir D --rehearse",
-                        EXIT_ENV) from None
+        raise UserError(f"--gpus {shown}: {exc}", gpu_select.NO_GPU_HINT, EXIT_ENV) from None
     missing = [g for g in gpus if g >= count]
     if missing:
         raise UserError(f"--gpus {shown}: this host has no GPU {','.join(map(str, missing))} (it has "
@@ -182,8 +199,7 @@ def check_driver() -> dict:
     try:
         driver = gpu_select.driver_report()
     except nvml.NvmlUnavailable as exc:
-        raise UserError(f"training needs the NVIDIA driver: {exc}", "run on a GPU host (python scripts/check_gpu.py), "
-                        "or rehearse: bash scripts/start_training.sh --input-dir D --rehearse", EXIT_ENV) from None
+        raise UserError(f"training needs the NVIDIA driver: {exc}", gpu_select.NO_GPU_HINT, EXIT_ENV) from None
     if driver["problem"]:
         raise UserError(f"{driver['problem']} ({sys.executable}: torch {driver['torch']}); training would fail at its "
                         "first CUDA call", gpu_stack.ways_out(driver["torch_cuda"]), EXIT_ENV)
@@ -206,22 +222,37 @@ def check_cluster(args, address: str, cfg: dict, overrides: list[str], input_dir
 
 
 
-def check_other_task(output_dir: Path, input_dir: Path, explicit: bool) -> None:
-    """The default O (D/../outputs) is shared by sibling task folders: a start of task B there would bury
-    task A's run (its rehearsal.json removed, metrics and samples mixed). Refused, exit 4, for the default;
-    a warning when O was named on purpose (--output-dir or EVO_OUTPUT_DIR)."""
-    other = run_dir.other_task(output_dir, input_dir)
+def check_other_task(output_dir: Path, input_dir: Path) -> None:
+    """O holds a run of another task folder (its status, card or a checkpoint's manifest names it): a start of
+    this task there would bury that run (its status rewritten, its rehearsal.json removed, metrics and
+    samples mixed) and fail on its checkpoints, or resume them with this task. Refused, exit 4, before
+    anything is written, whether O is the default (sibling task folders share D/../outputs), --output-dir or
+    EVO_OUTPUT_DIR; the hint names a folder of this task's own. The same folder edited since is this task."""
+    from agentic_rl.runs import run_card
+
+    other = run_card.other_task(output_dir, input_dir)
     if other is None:
         return
-    if explicit:
-        cli.print_warning(f"{output_dir} holds a run of another task ({other}): starting a run of {input_dir} "
-                          "there; its rehearsal.json goes, its metrics and checkpoints stay beside this run's")
+    own = shlex.quote(str(run_card.own_folder(output_dir, input_dir)))
+    raise UserError(f"{output_dir} holds a run of another task ({other['input_dir']}, named by {other['source']}), "
+                    f"not of {input_dir}: a start of this task there would overwrite that run's records or mix "
+                    "them with its own", f"give this task a folder of its own: --output-dir {own} (or set "
+                    f"EVO_OUTPUT_DIR to it); the run of {other['input_dir']} stays as it is", EXIT_CONFLICT)
+
+
+def refuse_fresh_start(output_dir: Path, input_dir: Path, cfg: dict, overrides: list[str]) -> None:
+    """A training start without --resume in a folder with checkpoints: exit 1 before anything is written
+    (the job refuses it too, but only after the launch record replaced the earlier run's status). As the job
+    decides: unless config.json or an override sets trainer.resume_mode itself."""
+    from agentic_rl.checks import config_values
+
+    if config_values.explicit(cfg, overrides, "trainer.resume_mode"):
         return
-    own = shlex.quote(str(input_dir.parent / f"outputs-{input_dir.name}"))
-    raise UserError(f"the default output folder {output_dir} holds a run of another task ({other}), not of "
-                    f"{input_dir}", f"give this task its own folder: --output-dir {own} (or set EVO_OUTPUT_DIR); "
-                    f"to start in this one anyway, name it: --output-dir {shlex.quote(str(output_dir))}",
-                    EXIT_CONFLICT)
+    refusal = checkpoints.refuse_fresh_start(output_dir)
+    if refusal:
+        raise UserError(refusal, f"continue it: bash scripts/start_training.sh --input-dir {shlex.quote(str(input_dir))} "
+                        f"--output-dir {shlex.quote(str(output_dir))} --resume; or start this run in a new --output-dir",
+                        EXIT_FAIL)
 
 
 def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:

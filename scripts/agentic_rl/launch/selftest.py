@@ -120,12 +120,7 @@ def run(input_dir: Path, output_dir: Path, gpus: str | None = None, timeout_s: f
     if started.stdout.strip():
         progress(started.stdout.rstrip())
     if started.returncode != 0:
-        lines = started.stderr.strip().splitlines()
-        said = lines[-1] if lines else "no output"
-        message = next((ln[len("Error: "):] for ln in lines if ln.startswith("Error: ")),
-                       f"exit {started.returncode}: {said}")
-        hint = next((ln[len("Hint: "):] for ln in lines if ln.startswith("Hint: ")), "")
-        raise UserError(f"start_training.sh: {message}", hint, started.returncode)
+        raise start_failure(started.stderr, started.returncode)
     run_id = (run_dir.read_status(output_dir) or {}).get("run_id")
     final = wait(output_dir, run_id, timeout_s, progress)
     wall = time.monotonic() - began
@@ -139,6 +134,19 @@ def run(input_dir: Path, output_dir: Path, gpus: str | None = None, timeout_s: f
               "model": model, "verdict": learning_curve.run_verdict(output_dir, history),
               "command": " ".join(argv)}
     return report
+
+
+def start_failure(stderr: str, code: int) -> UserError:
+    """start_training.sh's refusal as the self-test's own error: its whole Error (the lines after it too: a job
+    that died at once quotes its log's last lines, which say why) and its Hint."""
+    lines = stderr.rstrip().splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("Error: ")), None)
+    if first is None:
+        return UserError(f"start_training.sh: exit {code}: {lines[-1] if lines else 'no output'}", "", code)
+    at = next((i for i in range(first + 1, len(lines)) if lines[i].startswith("Hint: ")), len(lines))
+    message = "\n".join([lines[first][len("Error: "):], *lines[first + 1:at]])
+    hint = "\n".join([lines[at][len("Hint: "):], *lines[at + 1:]]) if at < len(lines) else ""
+    return UserError(f"start_training.sh: {message}", hint, code)
 
 
 def default_output_dir() -> Path:

@@ -98,6 +98,8 @@ class Run:
         self.budget = budget.JobBudget(self.output_dir, self.run_id, args.max_hours, args.max_steps, args.stop_on)
         self.budget_stop: str | None = None  # the job stops itself: the budget is spent, no step ended in time
         self.manifests: checkpoint_files.ManifestWriter | None = None
+        self.card: dict = {}  # this start's run card (first_card), and the card O held before it
+        self.previous_card: dict | None = None
 
     def status(self, **fields) -> None:
         run_dir.update_status(self.output_dir, **fields)
@@ -311,6 +313,7 @@ class Run:
     def prepare_and_run(self) -> None:
         from agentic_rl.checks import task_checks
 
+        self.first_card()
         checks = task_checks.quick_checks(self.input_dir, len(self.gpus) if self.gpus else None, self.overrides)
         failed = [c for c in checks if c.status == "fail"]
         for c in checks:
@@ -331,8 +334,9 @@ class Run:
         self.budget.clear()
         if self.budget.active:
             self.arm_budget(cfg, plan)
-        if self.mode == "train":
-            self.manifests = checkpoint_files.ManifestWriter(self.output_dir, self.run_id, card["sha256"])
+        if self.mode == "train":  # each save records the task it trained and how (a CPU run resumes on CPU)
+            self.manifests = checkpoint_files.ManifestWriter(self.output_dir, self.run_id, card["sha256"], {
+                "input_dir": card["input_dir"], "task_files": card["task_files"], "cpu_steps": self.cpu_steps})
         if self.cpu_steps:
             from agentic_rl.launch import cpu_mode
 
@@ -365,18 +369,30 @@ class Run:
         else:
             self.train(run_ppo, cfg, plan, train_rows, test_rows)
 
+    def first_card(self) -> None:
+        """This start's card before anything can fail (its config and model null until known): a start that
+        fails before its services are up still leaves its own card, never the last start's beside its status.
+        The card O held before (the last start's) is kept for the lineage."""
+        self.previous_card = run_card.read(self.output_dir)
+        self.card = run_card.build(run_id=self.run_id, mode=self.mode, input_dir=self.input_dir,
+                                   output_dir=self.output_dir, config_file=self.args.config_file, config=None,
+                                   model=None, resumed_from=None, job_argv=sys.argv,
+                                   command=os.environ.get(run_card.COMMAND_ENV))
+        run_card.write(self.output_dir, self.card)
+
     def start_card(self, plan) -> dict:
-        """The run card without its config (written once the gateway's URL is in it); a resume whose task
-        files changed since the checkpoint's run says so."""
-        card = run_card.build(run_id=self.run_id, mode=self.mode, input_dir=self.input_dir, output_dir=self.output_dir,
-                              config_file=self.args.config_file, config={}, model=plan.model,
-                              resumed_from=plan.resumed_from, job_argv=sys.argv,
-                              command=os.environ.get(run_card.COMMAND_ENV))
-        changed = card["lineage"].get("task_files_changed")
-        if changed:
+        """The run card with its model, attempt and lineage (its config comes once the gateway's URL is in it);
+        a resume whose task folder changed since the checkpoint's run says so, naming every file."""
+        card = {**self.card, "attempt": plan.status.get("attempt"), "model": run_card.model_record(plan.model),
+                "lineage": run_card.lineage(self.output_dir, plan.resumed_from, self.card["sha256"],
+                                            self.card["task_files"], self.previous_card)}
+        diff = card["lineage"].get("task_files_diff")
+        if diff and any(diff.values()):
             cli.print_warning(f"resuming global_step_{plan.resumed_from} of run {card['lineage']['resumed_from']['run_id']}, "
-                              f"but these task files changed since: {', '.join(changed)} (the run card keeps both "
+                              f"but these task files changed since: {run_card.diff_text(diff)} (the run card keeps both "
                               f"hashes: {self.output_dir / run_dir.RUN_CARD_FILE})")
+        self.card = card
+        run_card.write(self.output_dir, card)
         return card
 
     def write_card(self, card: dict, cfg) -> None:

@@ -62,12 +62,14 @@ def step_files(step_dir: Path) -> list[Path]:
     return found
 
 
-def write_manifest(step_dir: Path, step: int, run_id: str | None, task_sha256: dict | None = None) -> dict:
-    """Record size and sha256 of every file of a finished save; returns the manifest."""
+def write_manifest(step_dir: Path, step: int, run_id: str | None, task_sha256: dict | None = None,
+                   run: dict | None = None) -> dict:
+    """Record size and sha256 of every file of a finished save; returns the manifest. run: what the run that
+    saved it was (input_dir, task_files, cpu_steps: run_card's), kept beside."""
     entries = {}
     for path in step_files(step_dir):
         entries[str(path.relative_to(step_dir))] = {"size": path.stat().st_size, "sha256": sha256(path)}
-    manifest = {"step": step, "run_id": run_id, "written": time.time(), "files": entries,
+    manifest = {**(run or {}), "step": step, "run_id": run_id, "written": time.time(), "files": entries,
                 "task_sha256": task_sha256 or {}}
     files.atomic_write_json(step_dir / CHECKPOINT_MANIFEST, manifest)
     return manifest
@@ -167,20 +169,36 @@ def intact_before(ckpt_dir: Path, step: int | None = None, full: bool = False) -
     return None
 
 
+def whole_steps(ckpt_dir: Path, tracked_only: bool = True) -> list[int]:
+    """The steps whose folders look whole (the quick check), newest first; tracked_only: only those the tracker
+    has reached (a folder past it is a save in progress or one that never finished)."""
+    tracked = checkpoints.read_tracker(ckpt_dir)[0] if tracked_only else None
+    steps = [s for s in checkpoints.step_folders(ckpt_dir) if not tracked_only or tracked is None or s <= tracked]
+    return [s for s in reversed(steps) if not check(Path(ckpt_dir) / f"global_step_{s}")]
+
+
 def damaged_error(output_dir: Path, step: int, problems: list[str], full: bool = False) -> UserError:
-    """The one answer to a damaged checkpoint: the file, and the way out (an earlier step)."""
+    """The one answer to a damaged checkpoint: the file, and the ways out: the steps whose files look whole,
+    before it (to resume from) or after it (to export or resume from), named."""
     ckpt = checkpoints.checkpoints_dir(output_dir)
     earlier = intact_before(ckpt, step, full)
+    whole = [s for s in whole_steps(ckpt) if s != step]
+    if earlier is not None and earlier not in whole:
+        whole = sorted({*whole, earlier}, reverse=True)
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    if earlier is None:
-        hint = (f"no earlier checkpoint is whole: start a new run in a new --output-dir (keep {ckpt} for a look), "
+    if not whole:
+        hint = (f"no other checkpoint is whole: start a new run in a new --output-dir (keep {ckpt} for a look), "
                 "or restore the file from a copy")
     else:
         task = (run_dir.read_status(output_dir) or {}).get("input_dir")
         out = shlex.quote(str(output_dir))
-        hint = (f"resume from the step before it: bash scripts/start_training.sh --input-dir "
-                f"{shlex.quote(task) if isinstance(task, str) else 'D'} --output-dir {out} --resume-step {earlier}; "
-                f"or export that step: python scripts/export_model.py --output-dir {out} --step {earlier}")
+        resume = (f"resume from the step before it: bash scripts/start_training.sh --input-dir "
+                  f"{shlex.quote(task) if isinstance(task, str) else 'D'} --output-dir {out} --resume-step {earlier}; "
+                  if earlier is not None else "")
+        pick = earlier if earlier is not None else whole[0]
+        hint = (f"the steps whose files look whole: {', '.join(map(str, whole))}; {resume}"
+                f"or export one: python scripts/export_model.py --output-dir {out} --step {pick}"
+                + (f" (or --step {whole[0]}, the newest)" if whole[0] != pick else ""))
     return UserError(f"checkpoint global_step_{step} is damaged: {problems[0]}{more}", hint)
 
 
@@ -202,6 +220,19 @@ def whole_if_hidden(output_dir: Path) -> int | None:
     """When the tracker hides the step folders: the newest that looks whole (the step to offer), else None."""
     ckpt = checkpoints.checkpoints_dir(output_dir)
     return intact_before(ckpt) if checkpoints.tracker_problem(ckpt) else None
+
+
+def cpu_steps_of(output_dir: Path, step: int) -> int | None:
+    """N when global_step_step was saved by a CPU run (--cpu-steps N): its manifest's record, else (a save of
+    before that record) training.status's of a training run that resumed or saved it. None: a GPU run's."""
+    manifest = read_manifest(checkpoints.checkpoints_dir(output_dir) / f"global_step_{step}")
+    if manifest is not None and "cpu_steps" in manifest:
+        steps = manifest["cpu_steps"]
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else None
+    status = run_dir.read_status(output_dir) or {}
+    steps = (status.get("cpu") or {}).get("steps") if isinstance(status.get("cpu"), dict) else None
+    ok = status.get("mode") == "train" and isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1
+    return steps if ok else None
 
 
 def prepare_resume_from(output_dir: Path, step: int) -> Path:
@@ -247,9 +278,9 @@ class ManifestWriter:
     folder's files (write_manifest) in a thread of its own, so a large checkpoint's hashing never holds up
     the watchdog. poll() is cheap (one small read and a stat); finish() waits for the last one."""
 
-    def __init__(self, output_dir: Path, run_id: str, task_sha256: dict | None = None):
+    def __init__(self, output_dir: Path, run_id: str, task_sha256: dict | None = None, run: dict | None = None):
         self.ckpt = checkpoints.checkpoints_dir(output_dir)
-        self.run_id, self.task_sha256 = run_id, task_sha256 or {}
+        self.run_id, self.task_sha256, self.run = run_id, task_sha256 or {}, run or {}
         self.seen: tuple | None = self._tracker_state()  # what is there already is an earlier run's save
         self.thread: threading.Thread | None = None
         self.errors: list[str] = []
@@ -273,7 +304,7 @@ class ManifestWriter:
 
     def _write(self, step_dir: Path, step: int) -> None:
         try:
-            write_manifest(step_dir, step, self.run_id, self.task_sha256)
+            write_manifest(step_dir, step, self.run_id, self.task_sha256, self.run)
         except OSError as exc:  # a full disk, or VERL removed the folder (max_ckpt_to_keep) while we hashed
             self.errors.append(f"global_step_{step}: {exc}")
 

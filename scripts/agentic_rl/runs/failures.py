@@ -102,3 +102,50 @@ def classify_failure(text: str) -> str:
     lines = _EXC_LINE.findall(errors)
     last = (lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else "unknown error").strip()
     return last[:300]
+
+
+# Torch's words for a dataloader worker that a signal ended: at a run's end Ray kills the trainer's workers,
+# theirs with them, and the SIGCHLD handler in the trainer prints this (with its traceback) on the way out.
+_DATALOADER_NOISE = re.compile(r"DataLoader worker \(pid(?:\(s\))? [0-9, ]+\) (?:is killed by signal|exited unexpectedly)")
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
+NOISE_MARK = "[check_status] {n} line(s) of shutdown noise left out: a traceback of dataloader workers killed as the " \
+             "run ended cleanly, not a crash ({log} keeps them)"
+
+
+def shutdown_noise(lines: list[str]) -> tuple[list[str], int]:
+    """(lines with each traceback that ends in a killed dataloader worker cut to one NOISE_MARK line, the
+    number of lines cut). For the log of a run that ended cleanly (completed, stopped): the workers die at
+    its shutdown, which is no crash. A chain of such tracebacks ("The above exception ...") is one block."""
+    bare = [_RAY_PREFIX.sub("", line) for line in lines]
+    cut = [False] * len(lines)
+    for i, line in enumerate(bare):
+        if not _DATALOADER_NOISE.search(line):
+            continue
+        j = i
+        while j > 0 and i - j < 400 and bare[j - 1][:1] in (" ", "\t"):  # the traceback's frames
+            j -= 1
+        start = j - 1 if j > 0 and bare[j - 1].strip() == "Traceback (most recent call last):" else i
+        for k in range(start, i + 1):
+            cut[k] = True
+    for i, line in enumerate(bare):  # the lines that chain two cut tracebacks belong to them
+        if line.strip() in _CHAINED:
+            before = next((k for k in range(i - 1, -1, -1) if bare[k].strip()), None)
+            after = next((k for k in range(i + 1, len(bare)) if bare[k].strip()), None)
+            if before is not None and after is not None and cut[before] and cut[after]:
+                for k in range(before + 1, after):
+                    cut[k] = True
+    out: list[str] = []
+    n = total = 0
+    for line, dropped in zip(lines, cut, strict=True):
+        if dropped:
+            n += 1
+            continue
+        if n:
+            out.append(NOISE_MARK.format(n=n, log="training.log"))
+            total, n = total + n, 0
+        out.append(line)
+    if n:
+        out.append(NOISE_MARK.format(n=n, log="training.log"))
+        total += n
+    return out, total

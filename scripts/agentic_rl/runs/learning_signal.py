@@ -276,6 +276,19 @@ def metrics_flag(history: list[dict], n_groups_key: str, n_zero_key: str, k: int
     return flag(got[0][0], share, int(groups), k, "training/n_zero_adv_groups") if share > MOSTLY_ZERO else None
 
 
+def metrics_judged(history: list[dict], n_groups_key: str, k: int = K_STEPS) -> bool:
+    """Whether metrics_flag has enough to judge: k steps that logged group counts (fewer, and the train
+    samples judge instead)."""
+    got = 0
+    for h in reversed(history):
+        groups = h["data"].get(n_groups_key)
+        if isinstance(groups, (int, float)) and groups > 0:
+            got += 1
+            if got == k:
+                return True
+    return False
+
+
 def samples_flag(train_samples: list[dict], k: int = K_STEPS) -> dict | None:
     """no_signal from the train samples of the last k steps, for a trainer that logs no group counts:
     the samples of one row in one step form a group (the samples keep ~8 rollouts a step, so only the

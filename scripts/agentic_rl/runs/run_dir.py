@@ -145,19 +145,6 @@ def resolve_output_dir(arg: str | os.PathLike | None, input_dir: str | os.PathLi
     return out
 
 
-def other_task(output_dir: Path, input_dir: Path) -> str | None:
-    """The task folder of the run O holds when it is not input_dir (sibling task folders share the default
-    D/../outputs); None when O holds no run, or one of this task."""
-    recorded = (read_status(output_dir) or {}).get("input_dir")
-    if not isinstance(recorded, str) or not recorded:
-        return None
-    try:
-        same = Path(recorded).resolve() == Path(input_dir).resolve()
-    except (OSError, RuntimeError, ValueError):
-        same = False
-    return None if same else recorded
-
-
 def prepare(output_dir: Path) -> None:
     """Create O with its checkpoints/ and logs/ (a start does this before it takes the lock); exit 3 saying
     why it cannot be made or written (a file in its path, a read-only filesystem)."""

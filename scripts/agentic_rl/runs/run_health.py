@@ -91,10 +91,12 @@ def rollouts_in_flight(log_lines: list[str]) -> dict | None:
     return None
 
 
-def progress(history: list[dict], status: dict, log_lines: list[str] = (), rehearsal: dict | None = None) -> dict:
+def progress(history: list[dict], status: dict, log_lines: list[str] = (), rehearsal: dict | None = None,
+             live: bool = True) -> dict:
     """Steps done of the total, with ETA and epoch ("unit": "steps"); a rehearsal has no steps: its rollouts
     done of all it planned ("unit": "rollouts"), from its rehearsal.json once written, else from what the job
-    records as each rollout ends (rollout_failures), so the bar, the counts and the failures agree."""
+    records as each rollout ends (rollout_failures), so the bar, the counts and the failures agree. A run that
+    is not live (ended, or gone) has no ETA and no batch in flight."""
     rollouts = rollouts_in_flight(log_lines)
     if status.get("mode") == "rehearse":
         seen = status.get("rollout_failures") or {}
@@ -119,10 +121,10 @@ def progress(history: list[dict], status: dict, log_lines: list[str] = (), rehea
     times = [t for _, t in series(history, "step_time")]
     median = statistics.median(times) if times else None
     out = {"unit": "steps", "step": step, "total": total, "percent": None, "median_step_s": median, "eta_s": None,
-           "epoch": None, "rollouts": rollouts}
+           "epoch": None, "rollouts": rollouts if live else None}
     if total:
         out["percent"] = round(100.0 * min(step, total) / total, 1)
-        if median:
+        if median and live:
             out["eta_s"] = round(max(0, total - step) * median)
         per_epoch = status.get("steps_per_epoch")
         if per_epoch:

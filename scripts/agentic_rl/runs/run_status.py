@@ -21,6 +21,7 @@ from agentic_rl.runs import (
     attempts,
     checkpoint_files,
     checkpoints,
+    failures,
     judge_view,
     learning_signal,
     liveness,
@@ -148,12 +149,18 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
                if rehearsal else None)
     ckpts = checkpoints.checkpoint_steps(output_dir)
     ckpts.update(checkpoint_files.usable_steps(output_dir, st.get("resumed_from_step") if state["alive"] else None))
-    flags += checkpoint_flags(ckpts, output_dir, state["alive"])
     spent = step_cost.cost(history, st, step_cost.read_forecast(output_dir, st.get("run_id")),
                            round((end or time.time()) - start) if start else None)
     if spent and spent.get("flag"):
         flags.append(spent["flag"])
     best = validation.best_checkpoint(output_dir, h["evals"], ckpts["usable"])
+    passed = {p["step"]: p for p in (best or {}).get("passed_over") or ()}
+    for step, p in passed.items():  # better by validation than best_step, but damaged: flagged, never named best
+        ckpts["damaged"].setdefault(step, p["problems"])
+    best = best if best is None or best["step"] is not None else None
+    flags += checkpoint_flags(ckpts, output_dir, state["alive"], passed)
+    # A clean end's log may end in the tracebacks of dataloader workers killed at shutdown: not shown as a crash.
+    tail, noise = failures.shutdown_noise(log) if status in ("completed", "stopped") else (log, 0)
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
         flags.insert(0, process_flag(state["pid"], proc_state, output_dir))
@@ -167,13 +174,13 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "checkpoint": ckpts["usable"], "checkpoints": ckpts, "best_step": best,
         "resumed_from_step": st.get("resumed_from_step"), "judge_errors": h["judge_errors"], "rehearsal": summary,
         "learning_signal": h["signal"], "judge_audit": h["audit"],
-        "progress": run_health.progress(history, st, log, summary),
+        "progress": run_health.progress(history, st, log, summary, live=state["alive"]),
         "latest": run_health.latest(history, h["judge_errors"]), "flags": flags,
         "verdict": verdict.judge(history, flags, h["stall"], {**st, "status": status}, h["mine"], h["evals"]),
         "rollout_failures": st.get("rollout_failures"), "stall": h["stall"], "budget": st.get("budget"),
         "run_card": run_card.summary(output_dir, st.get("run_id")),
         "cost": spent,
-        "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
+        "log_tail": tail[-lines:] if lines > 0 else [], "log_noise_lines": noise, "output_dir": str(output_dir),
         "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped,
                            len(bad_fields) + len(h["bad_rehearsal"])),
     }
@@ -198,14 +205,17 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
     signal = learning_signal.view(rehearsal.get("learning_signal") if isinstance(rehearsal, dict) else None)
     audit = judge_view.view(st.get("judge_audit") or (rehearsal or {}).get("judge_audit"))
     mine = scoped(recent, scope)
-    flags = (with_sample_flags(run_health.flags(history, judge_errors, (rehearsal or {}).get("rollouts")), mine,
-                               # a rehearsal measured its groups whole (learning_signal); no guess from samples
-                               st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
-             + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
-             + rehearsal_flags(rehearsal) + judge_view.flags(audit))
+    metric_flags = run_health.flags(history, judge_errors, (rehearsal or {}).get("rollouts"))
+    # A rehearsal measured its groups whole (learning_signal), and group counts of enough steps judged them:
+    # no guess from samples then. Fewer steps (a short CPU run): the samples judge, here and in --samples alike.
+    groups = metrics_reader.N_GROUPS
+    from_samples = sample_flags_for(metric_flags, mine, st.get("mode") == "rehearse" or (
+        groups in metrics_reader.key_union(history) and learning_signal.metrics_judged(history, groups)))
+    flags = (metric_flags + from_samples + rollout_failure_flags(st.get("rollout_failures"))
+             + learning_signal.rehearsal_flags(signal) + rehearsal_flags(rehearsal) + judge_view.flags(audit))
     return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
             "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit,
-            "flags": flags,
+            "flags": flags, "sample_flags": from_samples,
             "stall": run_health.stall(history, st, log, alive),
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
 
@@ -217,13 +227,15 @@ def rehearsal_flags(rehearsal: dict | None) -> list[dict]:
             for f in (rehearsal or {}).get("findings") or []]
 
 
-def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False) -> list[dict]:
-    """A flag for a damaged checkpoint (naming its file) and, once the run is over (a live one may be
-    writing it), for a tracker that hides the step folders."""
+def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False, passed: dict | None = None) -> list[dict]:
+    """A flag for a damaged checkpoint (naming its file; passed: the ones best_step passed over, by step, said so)
+    and, once the run is over (a live one may be writing it), for a tracker that hides the step folders."""
     out = []
     for step, problems in sorted(ckpts.get("damaged", {}).items()):
         error = checkpoint_files.damaged_error(output_dir, step, problems)
-        out.append({"flag": "checkpoint_damaged", "step": step, "value": len(problems), "message": error.message,
+        said = (f" (its validation reward {passed[step]['val_reward']:.4g} is above best_step's, but a damaged "
+                "checkpoint is never the best step: best_step names the best whole one)" if step in (passed or {}) else "")
+        out.append({"flag": "checkpoint_damaged", "step": step, "value": len(problems), "message": error.message + said,
                     "hint": error.hint})
     if ckpts.get("tracker_problem") and not alive:
         whole = ckpts.get("whole")
@@ -310,11 +322,11 @@ def scoped(found: list[dict], scope: dict | None) -> list[dict]:
     return found if scope is None else [s for s in found if s.get("run_id") in scope["run_ids"]]
 
 
-def with_sample_flags(flags: list[dict], samples: list[dict], groups_logged: bool = False) -> list[dict]:
-    """flags plus what the run's samples (already scoped to it) show that the metrics have not flagged."""
+def sample_flags_for(flags: list[dict], samples: list[dict], groups_judged: bool = False) -> list[dict]:
+    """What the run's samples (already scoped to it) show that the metrics' flags have not flagged."""
     judged = any(f["flag"] == "judge_errors" for f in flags)  # counted from judge_errors.jsonl already
-    known = groups_logged or any(f["flag"] == "no_signal" for f in flags)  # judged from the metrics already
-    return flags + run_health.sample_flags(samples, judged, known)
+    known = groups_judged or any(f["flag"] == "no_signal" for f in flags)  # judged from the metrics already
+    return run_health.sample_flags(samples, judged, known)
 
 
 def collect_samples(output_dir: Path, args) -> dict:
@@ -331,7 +343,8 @@ def collect_samples(output_dir: Path, args) -> dict:
     return {"status": st.get("status"), "run_id": st.get("run_id"), "order": order, "split": args.split,
             "step": args.step, "samples": [{**s, "marks": sample_reader.marks(s, dups)} for s in chosen],
             "total": len(every), "counts": sample_reader.read_state(output_dir),
-            "flags": run_health.sample_flags(every), "output_dir": str(output_dir),
+            # the sample flags the status shows, judged alike (the metrics' group counts, the judge errors)
+            "flags": health(output_dir, st, [], False)["sample_flags"], "output_dir": str(output_dir),
             "skipped": skipped(0, 0, found.skipped)}
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from agentic_rl.runs import checkpoints, metrics_reader
+from agentic_rl.runs import checkpoint_files, checkpoints, metrics_reader
 
 Z95 = 1.96  # a 95 % band of a normal mean: what "within its noise" means for one evaluation
 SAMPLES_MIN = 8  # fewer val samples of an evaluation than this: its spread is not estimated from them
@@ -75,11 +75,14 @@ def _validations(history: list[dict]) -> list[tuple[int, float, object]]:
     return [merged[s] for s in sorted(merged)]
 
 
-def best_checkpoint(output_dir: Path, evals: list[dict], usable: int | None = None) -> dict | None:
-    """The checkpoint whose step's validation reward is the highest (ties: the later step): {step,
-    val_reward, se, se_from, rows, candidates, latest, latest_val_reward, within_noise_of_latest, why}.
-    Only steps with a global_step_N folder the tracker has reached count (step 0 is the base model: no
-    checkpoint); usable, when given, caps them (a damaged newer one is left out). None: no such step."""
+def best_checkpoint(output_dir: Path, evals: list[dict], usable: int | None = None, full: bool = False) -> dict | None:
+    """The whole checkpoint whose step's validation reward is the highest (ties: the later step): {step,
+    val_reward, se, se_from, rows, candidates, latest, latest_val_reward, within_noise_of_latest, all_equal,
+    passed_over, why}. Only steps with a global_step_N folder the tracker has reached count (step 0 is the base
+    model: no checkpoint); usable, when given, caps them (a damaged newer one is left out). A candidate whose
+    files are damaged (checkpoint_files.check; full: sha256 too) is passed over, named in passed_over with its
+    problems, for the next best. None: no validated checkpoint; {"step": None, "passed_over": [...]}: none of
+    them is whole."""
     ckpt = checkpoints.checkpoints_dir(output_dir)
     tracked = checkpoints.read_tracker(ckpt)[0]
     limit = usable if usable is not None else tracked
@@ -87,13 +90,42 @@ def best_checkpoint(output_dir: Path, evals: list[dict], usable: int | None = No
     candidates = [e for e in evals if e["step"] in saved and e["step"] >= 1 and limit is not None and e["step"] <= limit]
     if not candidates:
         return None
-    best = max(candidates, key=lambda e: (e["val_reward"], e["step"]))
-    latest = max(candidates, key=lambda e: e["step"])
+    passed: list[dict] = []
+    best = None
+    for e in sorted(candidates, key=lambda e: (e["val_reward"], e["step"]), reverse=True):
+        problems = checkpoint_files.check(ckpt / f"global_step_{e['step']}", full)
+        if not problems:
+            best = e
+            break
+        passed.append({"step": e["step"], "val_reward": e["val_reward"], "problems": problems})
+    if best is None:
+        return {"step": None, "candidates": len(candidates), "passed_over": passed,
+                "why": f"all {len(candidates)} checkpointed validations are at damaged checkpoints"}
+    bad = {p["step"] for p in passed}
+    latest = max((e for e in candidates if e["step"] not in bad), key=lambda e: e["step"])
     noise = math.hypot(best["se"] or 0.0, latest["se"] or 0.0) if best["se"] is not None else None
     within = None if noise is None else best["val_reward"] - latest["val_reward"] <= Z95 * noise
+    values = [e["val_reward"] for e in candidates]
+    equal = len(candidates) > 1 and max(values) - min(values) <= 1e-9
+    why = (f"the highest validation reward ({best['val_reward']:.4g}"
+           + (f" +- {best['se']:.2g} SE" if best["se"] is not None else "")
+           + (f" over {best['rows']} rows" if best["rows"] else "")
+           + f") of the {len(candidates)} checkpointed validation{'s' if len(candidates) != 1 else ''}")
+    if equal:
+        why += f", all of them {best['val_reward']:.4g}: none is better than another (the latest is taken)"
+    if passed:
+        why += "; passed over, its files damaged: " + ", ".join(
+            f"global_step_{p['step']} (val reward {p['val_reward']:.4g})" for p in passed)
     return {**best, "candidates": len(candidates), "latest": latest["step"], "latest_val_reward": latest["val_reward"],
-            "within_noise_of_latest": within,
-            "why": f"the highest validation reward ({best['val_reward']:.4g}"
-                   + (f" +- {best['se']:.2g} SE" if best["se"] is not None else "")
-                   + (f" over {best['rows']} rows" if best["rows"] else "")
-                   + f") of the {len(candidates)} checkpointed validation{'s' if len(candidates) != 1 else ''}"}
+            "within_noise_of_latest": within, "all_equal": equal, "passed_over": passed, "why": why}
+
+
+def best_line(best: dict) -> str:
+    """check_status's line for best_step."""
+    noise = f" +- {best['se']:.2g} SE ({best['se_from']})" if best.get("se") is not None else ""
+    return (f"global_step_{best['step']}: val reward {best['val_reward']:.4g}{noise}, {best['rows'] or '?'} rows; "
+            f"latest checkpointed val {best['latest_val_reward']:.4g} at step {best['latest']}"
+            + (" (all equal: none is better)" if best.get("all_equal") else
+               " (within noise)" if best.get("within_noise_of_latest") else "")
+            + "".join(f"; global_step_{p['step']} (val {p['val_reward']:.4g}) passed over: damaged"
+                      for p in best.get("passed_over") or ()))

@@ -12,9 +12,9 @@ A live run's verdict is the first that holds, in this order (the most urgent fir
 | stop_diverged | a loss, grad norm or KL is NaN/inf (flag `nan`); or KL or grad norm exploded: the last 2 values above 10x the median of the 4 to 50 before them |
 | stop_stalled | the watchdog: no step for 5x the median step time (flag-free: `stall`) |
 | stop_collapsed | entropy below 30 % of its early median (flag `entropy_collapse`); response length below 30 % of the median of its first 5 points (6+ points); or one response for most samples (flag `collapse`) |
-| stop_no_signal | more than half the groups had one reward on each of the last 10 steps (group counts), or reward std 0 for 10 steps |
+| stop_no_signal | more than half the groups had one reward on each of the last 10 steps (group counts), or reward std 0 for 10 steps; or the validation reward never moved (one value at 6+ validations, e.g. 0 or 1) |
 | suspect_reward_hacking | train reward rising while validation falls (flag `overfitting`); or train reward rising with `rewarded_truncated`, with response length above 3x the median of its first 5 points, or with tool calls gone to 0 in a tool task |
-| plateau | the last 5 validations beat the best before them by no more than 1.96 standard errors |
+| plateau | the last 5 validations beat the best before them by no more than 1.96 standard errors (a reward that never moved is no plateau: stop_no_signal) |
 | continue | none of these |
 
 A run that ended is `finished`; its evidence keeps the health verdict that held last (`health`).
@@ -49,6 +49,7 @@ NO_SIGNAL_STEPS = 10  # zero-variance groups on each of the last 10 steps: persi
 RISING_MIN = 4  # points a "reward rising" test needs
 RISING_WINDOW = 10  # ... over at most the last 10
 PLATEAU_K = 5  # validations that must fail to beat the best before them
+STUCK_EPS = 1e-9  # validation rewards closer than this are one value: a reward that never moved
 TOOL_STEPS = 3  # train steps of samples without a tool call, after steps with some
 SAMPLES_MIN = 8
 
@@ -146,10 +147,33 @@ def tool_calls_gone(samples: list[dict]) -> dict | None:
             "samples": len(recent), "calls_before": sum(s["tool_calls"] for s in before)}
 
 
-def plateau(evals: list[dict]) -> dict | None:
-    """None with fewer than PLATEAU_K + 1 validations, or no noise known for the best one before them."""
+def stuck(evals: list[dict]) -> dict | None:
+    """The validation reward never moved: PLATEAU_K + 1 or more validations, all one value (0: nothing solved;
+    1: everything solved from the start). Its standard error is then 0, so the plateau test would hold on
+    it, though nothing was learned to plateau. None with fewer validations (not judged)."""
     if len(evals) < PLATEAU_K + 1:
         return None
+    values = [e["val_reward"] for e in evals]
+    value, steps = values[-1], [evals[0]["step"], evals[-1]["step"]]
+    if max(values) - min(values) > STUCK_EPS:
+        return {"held": False}
+    what = ("the model solved no validation row" if value <= STUCK_EPS else
+            "every validation row was solved from the start" if value >= 1.0 - STUCK_EPS else
+            "every validation scored alike (a judge that pays every answer the same?)")
+    return {"held": True, "source": "validation reward", "value": value, "validations": len(values), "steps": steps,
+            "message": f"the validation reward was {value:.4g} at all {len(values)} validations (steps {steps[0]}-"
+                       f"{steps[1]}): {what}; it never moved, so nothing was learned and no checkpoint is better "
+                       "than another (not a plateau)"}
+
+
+def plateau(evals: list[dict]) -> dict | None:
+    """None with fewer than PLATEAU_K + 1 validations, or no noise known for the best one before them. A
+    reward that never moved (stuck) is no plateau: held false, with what it is instead."""
+    if len(evals) < PLATEAU_K + 1:
+        return None
+    never = stuck(evals)
+    if never and never["held"]:
+        return {"held": False, "stuck": True, "message": never["message"]}
     before, last = evals[:-PLATEAU_K], evals[-PLATEAU_K:]
     best = max(before, key=lambda e: e["val_reward"])
     if best["se"] is None:
@@ -165,10 +189,21 @@ NEEDS = {
     "stop_diverged": f"1 NaN/inf loss, grad norm or KL; or {EXPLODE_BASE + EXPLODE_RUN} points of KL or grad norm",
     "stop_stalled": "a running run",
     "stop_collapsed": f"{EARLY_MIN} points of entropy or response length, or {SAMPLES_MIN} samples",
-    "stop_no_signal": f"{NO_SIGNAL_STEPS} steps with group counts or reward std",
+    "stop_no_signal": f"{NO_SIGNAL_STEPS} steps with group counts or reward std, or {PLATEAU_K + 1} validations",
     "suspect_reward_hacking": f"{RISING_MIN} reward points, or 3 validations",
     "plateau": f"{PLATEAU_K + 1} validations with a known noise",
 }
+
+
+def _no_signal(history: list[dict], evals: list[dict]) -> dict | None:
+    """Most groups at one reward for NO_SIGNAL_STEPS steps; else a validation reward that never moved."""
+    groups = no_signal_persisting(history)
+    if groups is not None and groups["held"]:
+        return groups
+    never = stuck(list(evals))
+    if never is not None and never["held"]:
+        return never
+    return groups if groups is not None else never
 
 
 def _diverged(history: list[dict], by_flag: dict) -> dict | None:
@@ -228,7 +263,7 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
         "stop_stalled": {"held": bool(stall.get("stalled")), **{k: stall[k] for k in (
             "since", "idle_s", "limit_s", "last_step", "phase", "message") if k in stall}} if running else None,
         "stop_collapsed": _collapsed(history, by_flag),
-        "stop_no_signal": no_signal_persisting(history),
+        "stop_no_signal": _no_signal(history, evals),
         "suspect_reward_hacking": _hacking(history, by_flag, list(samples)),
         "plateau": flat,
     }
@@ -236,7 +271,7 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
     for name in LIVE:
         evidence = found[name]
         held = None if evidence is None else bool(evidence.pop("held", True))
-        if name == "stop_no_signal" and held:
+        if name == "stop_no_signal" and held and "message" not in evidence:
             evidence["message"] = (f"most groups had one reward on each of the last {NO_SIGNAL_STEPS} steps "
                                    f"({evidence['source']}, steps {evidence['steps'][0]}-{evidence['steps'][1]})")
         tests.append({"verdict": name, "held": held, "needs": NEEDS[name], **({"evidence": evidence} if evidence else {})})
@@ -253,7 +288,12 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
         action = {"completed": "export it (export_model.py --best, or the latest)",
                   "stopped": "resume it (start_training.sh --resume) or export it (export_model.py --best)",
                   }.get(status.get("status"), "read the reason and the log tail; fix the cause first")
-        if held:
+        if held and live == "stop_no_signal":  # nothing was learned: no checkpoint is worth exporting over another
+            action = ({"completed": "it learned nothing measurable", "stopped": "it learned nothing measurable"}
+                      .get(status.get("status"), action) + f"; {live} held last: no checkpoint is better than the "
+                      "base model's, so exporting one (--best or not) gains nothing; "
+                      + ACTIONS[live].removeprefix("stop it: "))
+        elif held:
             action += f"; but {live} held last: export the best checkpoint, not the latest, and fix that before resuming"
         return {"verdict": "finished", "evidence": evidence, "action": action, "tests": tests}
     step = (held or {}).get("evidence", {}).get("step")

@@ -19,6 +19,7 @@ import math
 import subprocess
 from pathlib import Path
 
+import listening
 import pytest
 from agentic_rl.edge.cpu import stand_ins
 from agentic_rl.launch import cpu_mode
@@ -355,6 +356,18 @@ def test_every_changed_key_is_in_the_start_message_log_and_status(cpu_run):
         line = f"  {c['key']}: {c['from']!r} -> {c['to']!r}"
         assert line in started and line in log, line
     assert f"mode train on CPU, {N} steps" in started
+
+
+@pytest.mark.slow
+def test_the_run_listened_on_loopback_only(cpu_run):
+    """A single-host CPU run (launch/loopback.py): every socket its processes listened on while it ran (sampled
+    each second, tests/listening.py), Ray's, the workers' (gloo, the group's store), the CPU rollout server's
+    and the gateway's, was on 127.0.0.1."""
+    found = cpu_run.listening
+    names = " ".join(name for *_, name in found)
+    assert all(n in names for n in ("gcs_server", "raylet", "WorkerDict", "CpuLLMServer")), found
+    assert cpu_run.status["services"]["gateway"]["port"] in {port for _, _, port, _ in found}, found
+    assert listening.not_loopback(found) == [], found
 
 
 @pytest.mark.slow

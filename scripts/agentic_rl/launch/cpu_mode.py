@@ -23,7 +23,10 @@ every changed key is returned (and shown in the start message, training.log and 
   CPU rollout server forces as the model's own tokens (edge/cpu/forced_turns.py; a check of the agent's
   multi-turn path, not training on the oracle).
 
-The optimizer, the algorithm, the loss, the logger and the rows are the user's.
+The optimizer, the algorithm, the loss, the logger and the rows are the user's, and so are Agent Lightning's
+trajectory_max_* lengths: VERL 0.8 strips a batch's padding before the model (workers/utils/padding.py), so
+assets/example at its default 2048 + 8192 and cut to its data's 256 + 32 ran at the same memory (3.0 GB) and,
+within this machine's noise, step time; a multi-call agent needs its own lengths for its turns and tool results.
 
     >>> cfg = {"data": {"train_batch_size": 16}, "actor_rollout_ref": {"rollout": {"n": 4}}}
     >>> get = lambda k, d=None: _dig(cfg, k, d)

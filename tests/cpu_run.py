@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import listening
 import psutil
 from agentic_rl.edge import procs
 from agentic_rl.runs import run_dir
@@ -42,9 +43,9 @@ from secret_probe import secret_in_memory
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
 SELFTEST = ROOT / "assets" / "selftest"
 TRAIN_ROWS, TEST_ROWS = 4, 2
-# Test-only overrides: Ray on loopback, without usage stats or token auth (as tests/launch/test_ray_mode.py).
-TEST_OVERRIDES = ["+ray_kwargs.ray_init._node_ip_address=127.0.0.1"]
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+# Test-only environment: Ray without usage stats or token auth. Loopback is the product's own default for a
+# single-host run (launch/loopback.py), proved by listening.py's sampler on every run here.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 GRADED_JUDGE = (
     "def compute_reward(response, ground_truth, metadata):\n"
     "    # graded: the share of digits, so a random model's answers differ in reward\n"
@@ -93,6 +94,7 @@ class CpuRun:
     wall_s: float = 0.0
     report: dict = field(default_factory=dict)  # the self-test's --json data
     selftest_proc: subprocess.CompletedProcess | None = None
+    listening: set = field(default_factory=set)  # every listening socket its processes had (listening.py)
 
     @property
     def model(self) -> Path:
@@ -103,7 +105,8 @@ class CpuRun:
         the key are read while it waits, as run() does. Its report is self.report."""
         began = time.monotonic()
         cmd = [sys.executable, str(SCRIPTS / "selftest.py"), "--input-dir", str(self.task), "--output-dir",
-               str(self.out), "--json", "--timeout", str(RUN_TIMEOUT_S), "--", *TEST_OVERRIDES]
+               str(self.out), "--json", "--timeout", str(RUN_TIMEOUT_S)]
+        sockets = listening.Sampler(self.out).start()
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
                                     env={**os.environ, **self.env})
@@ -117,6 +120,7 @@ class CpuRun:
                 time.sleep(0.3)
             out.seek(0), err.seek(0)
             self.selftest_proc = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+        self.listening |= sockets.stop()
         self.wall_s = time.monotonic() - began
         assert_strict_json(self.selftest_proc.stdout, "selftest.py --json")
         envelope = json.loads(self.selftest_proc.stdout)
@@ -128,18 +132,25 @@ class CpuRun:
 
     def start(self, *extra: str, overrides: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         return run_script("start_training.sh", "--input-dir", str(self.task), "--output-dir", str(self.out), *extra,
-                          "--", *TEST_OVERRIDES, *overrides, env=self.env, timeout=180)
+                          *(("--", *overrides) if overrides else ()), env=self.env, timeout=180)
 
     def run(self, *extra: str, overrides: tuple[str, ...] = (), watch=None) -> dict:
         """Start, wait for the final status and the job's exit; the final status. watch(status) is
         called at every poll (bench/cpu_train_bench.py samples the run's memory there)."""
         began = time.monotonic()
-        self.started = self.start(*extra, overrides=overrides)
-        assert self.started.returncode == 0, self.started.stdout + self.started.stderr
-        st = run_dir.read_status(self.out) or {}
-        self.run_ids.append(st["run_id"])
-        pid = st["pid"]
+        sockets = listening.Sampler(self.out).start()
+        try:
+            self.started = self.start(*extra, overrides=overrides)
+            assert self.started.returncode == 0, self.started.stdout + self.started.stderr
+            st = run_dir.read_status(self.out) or {}
+            self.run_ids.append(st["run_id"])
+            self._wait(st["pid"], watch)
+        finally:
+            self.listening |= sockets.stop()
+        self.wall_s = time.monotonic() - began
+        return self.status
 
+    def _wait(self, pid: int, watch) -> None:
         def ended() -> dict | None:
             s = run_dir.read_status(self.out) or {}
             self._read_key(s)
@@ -150,8 +161,6 @@ class CpuRun:
         self.status = wait_for(ended, "the final status", self.out, RUN_TIMEOUT_S)
         wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
                  "the job to exit", self.out, 30)
-        self.wall_s = time.monotonic() - began
-        return self.status
 
     def _read_key(self, st: dict) -> None:
         """The run's gateway key, read from the live gateway's memory (the run writes it nowhere, and no process's

@@ -225,6 +225,19 @@ def test_the_mcp_server_ran_once_for_the_run_and_ended_with_it(tool_run):
 
 
 @pytest.mark.slow
+def test_the_run_with_its_mcp_hub_listened_on_loopback_only(tool_run):
+    """As the self-test's run (test_cpu_train.py), with the MCP hub and the tools' processes too."""
+    import listening
+
+    found = tool_run.listening
+    names = " ".join(name for *_, name in found)
+    assert all(n in names for n in ("gcs_server", "raylet", "WorkerDict", "CpuLLMServer")), found
+    services = tool_run.status["services"]
+    assert {services["gateway"]["port"], services["mcp"]["port"]} <= {port for _, _, port, _ in found}, found
+    assert listening.not_loopback(found) == [], found
+
+
+@pytest.mark.slow
 def test_a_tools_daemon_ends_with_its_rollout_and_no_tool_sees_the_key(tool_run):
     import psutil
 

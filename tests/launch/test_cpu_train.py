@@ -19,11 +19,12 @@ import math
 import subprocess
 from pathlib import Path
 
+import listening
 import pytest
 from agentic_rl.edge.cpu import stand_ins
 from agentic_rl.launch import cpu_mode
 from agentic_rl.runs import run_dir
-from conftest import run_script
+from conftest import ROOT, run_script
 from cpu_run import VERL_PY
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -31,6 +32,13 @@ STEP_METRICS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "respon
 SELFTEST_CONFIG = json.loads((Path(__file__).resolve().parents[2] / "assets" / "selftest" / "config.json").read_text())
 LR = SELFTEST_CONFIG["actor_rollout_ref"]["actor"]["optim"]["lr"]
 N = SELFTEST_CONFIG["trainer"]["total_training_steps"]
+# What a user writes (batch, n, lr, epochs, and what validate_data asks for: no critic, the PPO batches, the
+# rollout's name); everything else is VERL's and Agent Lightning's defaults.
+MINIMAL_CONFIG = {"data": {"train_batch_size": 16}, "algorithm": {"adv_estimator": "grpo"},
+                  "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}, "ppo_mini_batch_size": 16,
+                                                  "ppo_micro_batch_size_per_gpu": 4},
+                                        "rollout": {"name": "vllm", "n": 4, "log_prob_micro_batch_size_per_gpu": 4}},
+                  "trainer": {"total_epochs": 2}}
 
 
 def plan(cfg: dict, steps: int = 2, rows: int = 64, cpus: int = 2, ranks: int = 1) -> dict:
@@ -80,6 +88,22 @@ def test_a_step_the_cpu_can_afford_keeps_its_batch_and_groups_a_larger_one_shrin
     # the batch is first cut to the train rows: 16 x 4 over 4 rows is a 4 x 4 step, kept
     want = plan({"data": {"train_batch_size": 16}, "actor_rollout_ref": {"rollout": {"n": 4}}}, rows=4)
     assert (want["data.train_batch_size"], want["actor_rollout_ref.rollout.n"]) == (4, 4)
+
+
+@pytest.mark.parametrize("user_cfg", [
+    json.loads((ROOT / "assets" / "example" / "config.json").read_text()),
+    json.loads((ROOT / "assets" / "tool_example" / "config.json").read_text()),
+    MINIMAL_CONFIG,
+], ids=["example", "tool_example", "minimal"])
+def test_a_config_as_written_gets_no_dataloader_workers_and_says_so(user_cfg):
+    """VERL's default data.dataloader_num_workers is 8 forks of the TaskRunner (~0.4 GB of RSS each: 9.6 GB summed
+    on assets/example, 3.0 GB without): a CPU run sets 0, and the change is listed with the others."""
+    from agentic_rl.edge import verl_config
+
+    cfg, _ = verl_config.compose_config(user_cfg, [])
+    get = lambda k, d=None: verl_config.get_value(cfg, k, d)  # noqa: E731
+    changed = {c["key"]: (c["from"], c["to"]) for c in cpu_mode.changes(get, cpu_mode.plan_changes(get, 2, 64, 2))}
+    assert changed["data.dataloader_num_workers"] == (8, 0)
 
 
 def test_more_steps_than_an_epoch_raise_total_epochs_and_ranks_split_batches():
@@ -332,6 +356,18 @@ def test_every_changed_key_is_in_the_start_message_log_and_status(cpu_run):
         line = f"  {c['key']}: {c['from']!r} -> {c['to']!r}"
         assert line in started and line in log, line
     assert f"mode train on CPU, {N} steps" in started
+
+
+@pytest.mark.slow
+def test_the_run_listened_on_loopback_only(cpu_run):
+    """A single-host CPU run (launch/loopback.py): every socket its processes listened on while it ran (sampled
+    each second, tests/listening.py), Ray's, the workers' (gloo, the group's store), the CPU rollout server's
+    and the gateway's, was on 127.0.0.1."""
+    found = cpu_run.listening
+    names = " ".join(name for *_, name in found)
+    assert all(n in names for n in ("gcs_server", "raylet", "WorkerDict", "CpuLLMServer")), found
+    assert cpu_run.status["services"]["gateway"]["port"] in {port for _, _, port, _ in found}, found
+    assert listening.not_loopback(found) == [], found
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import os
 import secrets
 import stat
 
+import listening
 import psutil
 import validate_data
 from agentic_rl import llm_judge
@@ -76,6 +77,7 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
         answers.write_text(json.dumps({rows[1]["id"]: "UNPARSABLE \x1b[2J"}))
         srv.faults = ["429", "503"]  # the run's first two requests: retried by the run's service
         srv.retry_after = "0.5"
+        sockets = listening.Sampler(out, every=0.1).start()  # every socket the run listens on, while it lives
         started = launch(task, out, "--rehearse", "--allow-probe", "injection",
                          env={KEY_ENV: key, oracle_server.ORACLE_ANSWERS_ENV: str(answers)})
         assert started.returncode == 0, started.stderr
@@ -92,7 +94,12 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
             pass  # over already: what it left is checked below
         st = wait_done(out)
         served = len(srv.requests) - audited
+        found = sockets.stop()
     assert st["status"] == "completed", st
+    # A rehearsal listens on loopback only: the gateway, the judge service, the job's oracle model.
+    ports = {port for _, _, port, _ in found}
+    assert {st["services"]["gateway"]["port"], int(judge["url"].rsplit(":", 1)[1])} <= ports, found
+    assert listening.not_loopback(found) == [], found
     rep = json.loads((out / run_dir.REHEARSAL_FILE).read_text())
     by_id = {r["row_id"]: r for r in rep["rows"]}
     assert by_id[rows[1]["id"]]["reward"] == 0.0 and by_id[rows[1]["id"]]["reason"] == (

@@ -16,14 +16,17 @@ every changed key is returned (and shown in the start message, training.log and 
 - what only a GPU has: actor/ref/critic strategy fsdp2 (FSDP1 refuses CPU parameters,
   workers/engine/fsdp/transformer_impl.py:392), attention sdpa (flash_attention_2 is CUDA-only),
   torch.compile off (on CPU inductor builds C++ for minutes; the functions are the same eagerly),
-  no agent-loop or reward-loop workers and no idle Ray workers kept (Agent Lightning drives
-  rollouts itself: VERL's idle pools cost ~0.5 GB a process), Ray told the ranks as logical GPUs
-  and the CPUs its placement asks for;
+  no agent-loop or reward-loop workers, no dataloader workers (data.dataloader_num_workers 0) and no
+  idle Ray workers kept (Agent Lightning drives rollouts itself: each of these costs ~0.4-0.5 GB),
+  Ray told the ranks as logical GPUs and the CPUs its placement asks for;
 - with --oracle FILE, actor_rollout_ref.rollout.custom.cpu_oracle: the rows' oracle turns, which the
   CPU rollout server forces as the model's own tokens (edge/cpu/forced_turns.py; a check of the agent's
   multi-turn path, not training on the oracle).
 
-The optimizer, the algorithm, the loss, the logger and the rows are the user's.
+The optimizer, the algorithm, the loss, the logger and the rows are the user's, and so are Agent Lightning's
+trajectory_max_* lengths: VERL 0.8 strips a batch's padding before the model (workers/utils/padding.py), so
+assets/example at its default 2048 + 8192 and cut to its data's 256 + 32 ran at the same memory (3.0 GB) and,
+within this machine's noise, step time; a multi-call agent needs its own lengths for its turns and tool results.
 
     >>> cfg = {"data": {"train_batch_size": 16}, "actor_rollout_ref": {"rollout": {"n": 4}}}
     >>> get = lambda k, d=None: _dig(cfg, k, d)
@@ -124,6 +127,9 @@ def plan_changes(get: Callable[..., Any], steps: int, train_rows: int, cpus: int
     # reward-loop workers would only idle (~0.5 GB each).
     want["actor_rollout_ref.rollout.agent.num_workers"] = 0
     want["reward.num_workers"] = 0
+    # VERL's default 8 dataloader workers are forks of the TaskRunner, ~0.4 GB of RSS each, for rows it
+    # already holds in memory: assets/example as shipped peaked at 9.6 GB summed RSS with them, 3.0 without.
+    want["data.dataloader_num_workers"] = 0
     want[HOOK_KEY] = hook
     if ranks == 1:  # a joined cluster keeps its own resources
         want["ray_kwargs.ray_init.num_gpus"] = ranks

@@ -27,6 +27,8 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
                                       string each wrapped row carries (same keys in every row), and
                                       {"NAME": "input"} the row's JSON
     agentlightning.agl_base_url/key   this run's gateway (the key is redacted in resolved_config.yaml)
+    Ray on 127.0.0.1 only             a run that starts its own Ray (no RAY_ADDRESS, no ray_init.address):
+                                      launch/loopback.py's environment, set before Ray is imported
     trainer.resume_mode               auto with --resume (refused without a checkpoint, or with a tracker
                                       that hides the step folders); resume_path + resume_from_path with
                                       --resume-step N; disable for a fresh start, which is refused on a
@@ -53,7 +55,7 @@ from typing import Any
 
 from agentic_rl import cli, files, task
 from agentic_rl.checks import config_values
-from agentic_rl.launch import rehearsal
+from agentic_rl.launch import loopback, rehearsal
 from agentic_rl.runs import attempts, checkpoints, run_dir
 
 BUNDLED_AGENT = "agentic_rl.agents.template:TemplateJudgeAgent"
@@ -169,7 +171,6 @@ def resolve_model(name: str, rehearse: bool) -> str:
                   "or the Hugging Face cache (run check_model.py)", cli.EXIT_ENV)
 
 
-
 def check_context(model: str, cfg: Any, multi_call: bool = False) -> None:
     """The composed lengths against the model's max_position_embeddings (when its folder is here):
     vLLM refuses a longer max_model_len only once the GPUs are up; a longer prompt + response leaves
@@ -256,6 +257,9 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         cfg, info = verl_config.compose_config(user_cfg, list(run.overrides))
     except Exception as exc:
         raise Failure("config", f"composing the config failed: {exc}"[:400]) from None
+    joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
+    if not rehearse:
+        loopback.apply(joins)  # before anything imports Ray (ppo_runtime_env_vars below imports VERL)
     ckpt = out / run_dir.CHECKPOINTS_DIR
     ckpt.mkdir(parents=True, exist_ok=True)
     mode, resumed_from = resume_plan(user_cfg, list(run.overrides), out, args.resume, rehearse,
@@ -308,8 +312,7 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
         from agentic_rl.runs import checkpoint_files
 
         _set(cfg, "trainer.resume_from_path", str(checkpoint_files.prepare_resume_from(out, resumed_from)))
-    cpu = apply_cpu_mode(cfg, run, len(train_rows), joins := os.environ.get("RAY_ADDRESS")
-                         or _get(cfg, "ray_kwargs.ray_init.address")) if getattr(run, "cpu_steps", None) else None
+    cpu = apply_cpu_mode(cfg, run, len(train_rows), joins) if getattr(run, "cpu_steps", None) else None
     if cpu is not None and getattr(args, "oracle", None):
         from agentic_rl.launch import cpu_mode
 
@@ -338,7 +341,6 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
                  "PYTHONPATH": os.pathsep.join(p for p in (scripts, os.environ.get("PYTHONPATH")) if p)}
     if agent.get("agent_class"):
         agent_env["ARL_AGENT_CLASS"] = agent["agent_class"]
-    joins = os.environ.get("RAY_ADDRESS") or _get(cfg, "ray_kwargs.ray_init.address")
     if joins:  # handed on explicitly: ray.init without it would start a private one-node cluster
         _set(cfg, "ray_kwargs.ray_init.address", joins)
         # The bundle's package travels to every node with the run (Ray's py_modules): --cpu-steps' hook

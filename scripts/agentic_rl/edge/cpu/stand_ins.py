@@ -7,7 +7,7 @@ and returns what no longer matches, so a VERL bump fails loudly (the job refuses
 tests/launch/test_cpu_train.py fails) instead of training wrong:
 
     >>> [s.name for s in STAND_INS]
-    ['gloo process group', 'FSDP engine on cpu', 'torch.cpu memory stats and rng', 'pad/unpad without flash_attn', 'rollout server', 'rollout adapter']
+    ['gloo process group', 'a store on MASTER_ADDR alone', 'FSDP engine on cpu', 'torch.cpu memory stats and rng', 'pad/unpad without flash_attn', 'rollout server', 'rollout adapter']
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ STAND_INS = (
     StandIn("gloo process group", "utils/distributed.py", 86,
             'backend = backend or f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"',
             "on CPU it asks for 'cpu:gloo,cpu:nccl'; NCCL needs a GPU: the workers' group is gloo alone"),
+    StandIn("a store on MASTER_ADDR alone", "utils/distributed.py", 90, "torch.distributed.init_process_group(",
+            "env:// makes rank 0 a TCPStore server on every interface ('::'); the group gets a store listening on "
+            "MASTER_ADDR only (127.0.0.1 on one host: launch/loopback.py; the node's address on a cluster)"),
     StandIn("FSDP engine on cpu", "workers/engine/fsdp/transformer_impl.py", 921,
             '@EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device=["cuda", "npu"])',
             "VERL's own FSDP engine is registered for cuda/npu only; looked up for cpu too "
@@ -91,14 +94,45 @@ def check(root: Path | None = None) -> list[str]:
 
 
 def gloo_process_group() -> None:
+    """VERL's initialize_global_process_group_ray (utils/distributed.py:80) with gloo for the backend and a
+    store of ours (group_store) where VERL's env:// would make rank 0's store listen on every interface."""
+    import torch.distributed
     import verl.utils.distributed as dist
 
     original = dist.initialize_global_process_group_ray
 
     def initialize_global_process_group_ray(timeout_second=None, backend=None):
-        return original(timeout_second=timeout_second, backend=backend or "gloo")
+        if torch.distributed.is_initialized() or os.environ.get("DIST_INIT_METHOD"):  # the user's own rendezvous
+            return original(timeout_second=timeout_second, backend=backend or "gloo")
+        from datetime import timedelta
+
+        timeout = timedelta(seconds=timeout_second) if timeout_second is not None else None
+        rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        store = group_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world_size, timeout)
+        torch.distributed.init_process_group(backend=backend or "gloo", rank=rank, world_size=world_size,
+                                             timeout=timeout, store=store)
 
     dist.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+def group_store(host: str, port: int, rank: int, world_size: int, timeout=None):
+    """The process group's TCPStore as env:// makes it (torch/distributed/rendezvous.py _create_c10d_store), but
+    rank 0 serves it on a socket bound to host:port alone (master_listen_fd) instead of on every interface."""
+    import socket
+
+    from torch.distributed import TCPStore
+    from torch.distributed.constants import default_pg_timeout
+
+    timeout = timeout or default_pg_timeout
+    if rank != 0:
+        return TCPStore(host, port, world_size, False, timeout)
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(socket.SOMAXCONN)
+    # detach: the store owns the descriptor from here (a closed Python socket would close it under the store)
+    return TCPStore(host, port, world_size, True, timeout, multi_tenant=True, master_listen_fd=sock.detach())
 
 
 def fsdp_engine_on_cpu() -> None:

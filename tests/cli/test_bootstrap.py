@@ -220,7 +220,7 @@ def test_required_modules_are_the_projects_dependencies():
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     dists = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps}
-    import_names = {"nvidia-ml-py": "pynvml"}
+    import_names = {"nvidia-ml-py": "pynvml", "reasoning-gym": "reasoning_gym"}
     assert {import_names.get(d, d) for d in dists} == set(bootstrap.REQUIRED_MODULES)
     assert sys.version_info[:2] >= bootstrap.MIN_PYTHON
 

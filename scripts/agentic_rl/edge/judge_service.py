@@ -15,7 +15,7 @@ bound by the job and inherited, its log O/logs/judge.log); the agents reach it w
 process. The API key is read from the variable api_key_env names, here only: it is in no argument, no
 file and no log line, and the job drops it from the environment of everything else it starts.
 
-    POST /score  {"prompt", "response", "ground_truth"}  ->  {"reward", "reason", "cached", "attempts"}
+    POST /score  {"prompt", "response", "ground_truth", "aliases"}  ->  {"reward", "reason", "cached", "attempts"}
     GET  /stats  ->  {"requests", "cache_hits", "endpoint_calls", "retries", "errors", "max_in_flight", ...}
     GET  /healthz
 """
@@ -178,9 +178,10 @@ class JudgeService:
         with self._lock:
             self.stats[name] += 1
 
-    def score(self, prompt: str, response: str, ground_truth: Any = None) -> dict:
-        """{"reward", "reason", "cached", "attempts"}: reason is None for a reward the judge gave, else why it is 0."""
-        body = llm_judge.request_body(self.spec, prompt, response, ground_truth)
+    def score(self, prompt: str, response: str, ground_truth: Any = None, aliases: list | None = None) -> dict:
+        """{"reward", "reason", "cached", "attempts"}: reason is None for a reward the judge gave, else why it is 0.
+        aliases: the row's other accepted answers (metadata.aliases), listed in the request."""
+        body = llm_judge.request_body(self.spec, prompt, response, ground_truth, aliases)
         key = llm_judge.cache_key(body)
         self._count("requests")
         while True:
@@ -287,7 +288,9 @@ class JudgeService:
                 except (ValueError, KeyError, TypeError) as exc:
                     self.send_json(400, {"error": f"bad request: {exc}"})
                     return
-                self.send_json(200, service.score(prompt, response, body.get("ground_truth")))
+                aliases = body.get("aliases")
+                self.send_json(200, service.score(prompt, response, body.get("ground_truth"),
+                                                  aliases if isinstance(aliases, list) else None))
 
         if sock is None:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -89,10 +89,10 @@ class Client:
     def __init__(self, svc: agl.Service, spec: dict):
         self.spec, self.url, self._token = spec, svc.url, svc.extra["token"]
 
-    def score(self, prompt: str, response: str, ground_truth=None) -> dict:
+    def score(self, prompt: str, response: str, ground_truth=None, aliases: list | None = None) -> dict:
         try:
             return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": ground_truth}, self._token,
+                                                       "ground_truth": ground_truth, "aliases": aliases}, self._token,
                                  judge_service.agent_wait_s(self.spec))
         except (OSError, ValueError) as exc:
             return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the judge service: {exc}", "cached": False}

@@ -21,7 +21,7 @@ except ImportError as exc:  # a missing package is an error that names the insta
                       "it; elsewhere: python -m pip install reasoning-gym==0.1.25") from exc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scorer(name: str):
     return reasoning_gym.get_score_answer_fn(name)
 

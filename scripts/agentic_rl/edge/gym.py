@@ -34,9 +34,9 @@ def module() -> Any:
 
 def names() -> list[str]:
     """Every generator's name, sorted."""
+    module()
     from reasoning_gym.factory import DATASETS
 
-    module()
     return sorted(n for n in DATASETS if n not in NOT_GENERATORS)
 
 

@@ -116,9 +116,10 @@ def sources_of(source: str) -> tuple[list[str], list[str]]:
 
 
 def known_sources() -> tuple[list[str], list[str]]:
-    """sources_of VERL's own reward_score/__init__.py."""
-    module = _load()
-    return sources_of(Path(module.__file__).read_text(encoding="utf-8"))
+    """sources_of VERL's own reward_score/__init__.py (read once)."""
+    if "sources" not in _loaded:
+        _loaded["sources"] = sources_of(Path(_load().__file__).read_text(encoding="utf-8"))
+    return _loaded["sources"]
 
 
 def scores(data_source: str) -> bool:

@@ -7,7 +7,8 @@ Usage: python bench/new_task_bench.py [--rows N]      (or: make bench)
 Reports each new_task.py run's wall time (a real subprocess, as a user runs it: interpreter start, imports,
 the rows made, every row's oracle scored by the judge, the folder written; target under 10 s), and
 validate_data's wall time on the reasoning-gym folder divided by a bare `json.loads` loop over its
-train.jsonl and test.jsonl, both measured in this run (validate_bench.py's ratio, on gym rows). The parquet
+train.jsonl and test.jsonl, both measured in this run (validate_bench.py's ratio, on gym rows), and the same
+less validate_data's time on an 18-row folder of the task (its fixed part: imports, the judge's probe). The parquet
 files are written here with pyarrow in VERL's schema (gsm8k.py's columns). Nothing asserts.
 """
 
@@ -78,6 +79,9 @@ def run(rows: int = 10_000) -> dict:
         bare = min(bare_loop(files) for _ in range(2))
         validate_s, validate_rc = min(timed([sys.executable, str(VALIDATE), str(tmp_path / "gym"), "--json"])
                                       for _ in range(2))
+        # The same task at 18 rows: validate_data's fixed part (imports, the judge's probe child importing the gym).
+        timed([sys.executable, str(NEW_TASK), "--from", GYM, "--train", "16", "--test", "2", "--out", str(tmp_path / "small")])
+        small_s = min(timed([sys.executable, str(VALIDATE), str(tmp_path / "small"), "--json"])[0] for _ in range(2))
         return {
             "rows": rows,
             "reasoning_gym_s": round(gym_s, 2),
@@ -88,6 +92,8 @@ def run(rows: int = 10_000) -> dict:
             "bare_json_loads_s": round(bare, 3),
             "validate_wall_s": round(validate_s, 2),
             "validate_ratio": round(validate_s / bare, 1),
+            "validate_18_rows_s": round(small_s, 2),
+            "validate_rows_part_ratio": round(max(0.0, validate_s - small_s) / bare, 1),
             "validate_exit_code": validate_rc,
         }
 

@@ -57,8 +57,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--out", metavar="DIR", help="the task folder to make (it must not exist)")
     parser.add_argument("--train", type=int, metavar="N", help="train rows (reasoning-gym: default 1000; a file: "
                         "all the rows the test draw leaves)")
-    parser.add_argument("--test", type=int, metavar="M", help="test rows (default 100; a file: 10%% of its rows, "
-                        "at most 500; verl-parquet with --test-file: all of that file)")
+    parser.add_argument("--test", type=int, metavar="M", help="test rows (reasoning-gym: default 100; a file: 10%% "
+                        "of its rows, at most 500; verl-parquet with --test-file: all of that file)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the rows and of the test draw "
                         "(default 0)")
     parser.add_argument("--level", type=int, metavar="L", help="reasoning-gym: each generator's curriculum level "
@@ -72,7 +72,7 @@ def build_parser() -> cli.ArgumentParser:
                         "split at --answer-sep: several accepted answers)")
     parser.add_argument("--id", dest="id_column", metavar="COL", help="a dataset file: a column of unique row ids "
                         "(default: row-N)")
-    parser.add_argument("--judge", choices=sorted(judges.BUILT_IN), default="exact",
+    parser.add_argument("--judge", choices=sorted(judges.BUILT_IN),
                         help="a dataset file's judge (default exact): " + "; ".join(
                             f"{k}: {v}" for k, v in judges.BUILT_IN.items()))
     parser.add_argument("--answer-sep", metavar="SEP", help="a dataset file: split a text answer into several "
@@ -99,7 +99,7 @@ def command_of(args) -> str:
             parts += [flag, str(value)]
     parts += [x for s in args.settings for x in ("--set", s)]
     if args.question is not None:
-        parts += ["--judge", args.judge]
+        parts += ["--judge", args.judge or "exact"]
     return shlex.join(parts)
 
 
@@ -107,7 +107,7 @@ def make(args) -> tuple[folder.Task, list[str]]:
     """The source's task and its warnings."""
     source, rest = args.source[0], args.source[1:]
     file_flags = [f for f, v in (("--question", args.question), ("--answer", args.answer), ("--id", args.id_column),
-                                 ("--answer-sep", args.answer_sep)) if v is not None]
+                                 ("--judge", args.judge), ("--answer-sep", args.answer_sep)) if v is not None]
     gym_flags = [f for f, v in (("--level", args.level), ("--set", args.settings or None)) if v is not None]
     command = command_of(args)
     if source.startswith(GYM):
@@ -126,8 +126,7 @@ def make(args) -> tuple[folder.Task, list[str]]:
         for p in (path, args.test_file):
             if p is not None and not p.expanduser().is_file():
                 raise usage(f"{p}: no such file", "give the path of a parquet file VERL's preprocessing wrote")
-        test = args.test if args.test is not None else (0 if args.test_file else 100)
-        return verl_source.build(path, args.test_file.expanduser() if args.test_file else None, args.train, test,
+        return verl_source.build(path, args.test_file.expanduser() if args.test_file else None, args.train, args.test,
                                  args.seed, command), []
     if rest or args.test_file:
         raise usage(f"--from {source} takes no second value and no --test-file",
@@ -135,14 +134,8 @@ def make(args) -> tuple[folder.Task, list[str]]:
     if args.question is None or args.answer is None:
         raise usage(f"--from {source} needs --question COL and --answer COL",
                     "name the file's question column and answer column")
-    path = Path(source).expanduser()
-    rows_hint = args.test
-    if rows_hint is None:
-        columns, records = file_source._records(path) if path.is_file() and path.suffix in file_source.SUFFIXES \
-            else ([], [])
-        rows_hint = max(1, min(500, len(records) // 10))
-    return file_source.build(path, args.question, args.answer, args.id_column, args.judge, args.answer_sep,
-                             args.train, rows_hint, args.seed, command)
+    return file_source.build(Path(source).expanduser(), args.question, args.answer, args.id_column,
+                             args.judge or "exact", args.answer_sep, args.train, args.test, args.seed, command)
 
 
 def render(data: dict, t: folder.Task) -> str:

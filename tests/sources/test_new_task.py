@@ -136,6 +136,7 @@ def test_level_and_settings_reach_the_generator(tmp_path, capsys):
     (["--from", "reasoning-gym:rush_hour"], 1, "gives no answer with its questions"),
     (["--from", "reasoning-gym:arc_agi"], 1, "once they are read back from JSON"),
     (["--from", "reasoning-gym:countdown", "--question", "q"], 2, "takes no file and no --question"),
+    (["--from", "reasoning-gym:countdown", "--judge", "exact"], 2, "takes no file and no --judge"),
     (["--from", "reasoning-gym:countdown", "--train", "8"], 2, "--train 8: it must be at least 16"),
     (["--from", "verl-parquet"], 2, "takes one parquet FILE"),
     (["--from", "data.csv"], 2, "needs --question COL and --answer COL"),
@@ -210,6 +211,15 @@ def test_a_dataset_file_folder_validates_and_its_judge_honours_every_accepted_an
         for alias in row["metadata"]["aliases"]:
             assert judge_fn(f"Answer: {alias}", row["ground_truth"], row["metadata"]) == 1.0, (row, alias)
         assert judge_fn(f"Answer: {row['ground_truth']}", row["ground_truth"], row["metadata"]) == 1.0
+
+
+def test_a_file_without_test_gives_a_tenth_of_its_rows_to_test(file_folders, tmp_path, capsys):
+    csv_file = file_folders["exact"].parent / "capitals.csv"
+    code, env, err = make(capsys, "--from", str(csv_file), "--question", "question", "--answer", "answers",
+                          "--out", str(tmp_path / "t"))
+    assert code == 0 and (env["data"]["train_rows"], env["data"]["test_rows"]) == (20, 2)
+    assert "skipped 1 record without a question or an answer (row 23)" in err
+    assert "--answer answers --judge exact" in (tmp_path / "t" / "README.md").read_text()
 
 
 def test_a_numeric_judge_refuses_a_file_whose_answers_are_no_numbers(file_folders, tmp_path, capsys):

@@ -164,6 +164,8 @@ def summary_line(summary: dict) -> str:
         text += f"; warnings: {', '.join(summary['warnings'])}"
     if not (summary["findings"] or summary["accepted"] or summary["warnings"]):
         text += ": none scores near the oracle" if summary["conclusive"] else ": inconclusive (one reward for all)"
+    if summary.get("oracle_form") == "formatted":
+        text += "; the judge reads the ground truth only inside its answer format: a rehearsal's oracle answers so"
     return text
 
 

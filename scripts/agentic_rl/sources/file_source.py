@@ -76,8 +76,8 @@ def _column(flag: str, name: str | None, columns: list[str], path: Path) -> None
 
 
 def build(path: Path, question: str, answer: str, id_column: str | None, judge: str, sep: str | None,
-          n_train: int | None, n_test: int, seed: int, command: str) -> tuple[folder.Task, list[str]]:
-    """(the task, warnings)."""
+          n_train: int | None, n_test: int | None, seed: int, command: str) -> tuple[folder.Task, list[str]]:
+    """(the task, warnings). n_test None: a tenth of the rows (folder.test_rows)."""
     if path.suffix not in SUFFIXES:
         raise UserError(f"--from {path}: not a .jsonl, .csv or .parquet file", "give one of those", EXIT_USAGE)
     if not path.is_file():
@@ -104,6 +104,7 @@ def build(path: Path, question: str, answer: str, id_column: str | None, judge: 
         ids.add(rid)
         rows.append({"id": rid, "question": text, "ground_truth": answers[0],
                      "metadata": {task.ALIASES_KEY: answers[1:]} if len(answers) > 1 else {}})
+    n_test = folder.test_rows(n_test, len(rows))
     if n_test >= len(rows):
         raise UserError(f"{path.name} has {len(rows)} usable rows: --test {n_test} leaves none to train on",
                         "ask for fewer test rows (--test M)", EXIT_USAGE)
@@ -119,10 +120,10 @@ def build(path: Path, question: str, answer: str, id_column: str | None, judge: 
                          }.get(judge, "check those answers, or pick another --judge"), EXIT_USAGE)
     warnings = []
     if skipped:
-        warnings.append(f"skipped {len(skipped)} records without a question or an answer ({', '.join(skipped[:SKIPPED_SHOWN])}"
+        warnings.append(f"skipped {len(skipped)} record{'s' * (len(skipped) != 1)} without a question or an answer ({', '.join(skipped[:SKIPPED_SHOWN])}"
                         + (f" and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else "") + ")")
     if repeats:
-        warnings.append(f"skipped {repeats} records whose question came earlier (each question once, so none is in "
+        warnings.append(f"skipped {repeats} record{'s' * (repeats != 1)} whose question came earlier (each question once, so none is in "
                         "train and test both)")
     with_aliases = sum(1 for r in train + test if r["metadata"])
     notes = [f"Questions from column {question!r}, answers from {answer!r}"

@@ -59,6 +59,11 @@ def seeded_split(keys: list, n_test: int, n_train: int | None, seed: int) -> tup
     return [keys[i] for i in train], [keys[i] for i in test]
 
 
+def test_rows(n_test: int | None, rows: int) -> int:
+    """--test M, else a tenth of a file's rows: at least 1, at most 500."""
+    return n_test if n_test is not None else max(1, min(500, rows // 10))
+
+
 def prompt_tokens(prompts: list[str]) -> int:
     """data.max_prompt_length for these prompts: the longest at CHARS_PER_TOKEN characters a token, rounded up
     to a multiple of 128, at least 256."""

@@ -138,8 +138,5 @@ def build(names: list[str], n_train: int, n_test: int, seed: int, level: int | N
 
 
 def catalogue() -> list[dict]:
-    """new_task.py --list: every generator, its category and its top difficulty level."""
-    out = []
-    for name in gym.names():
-        out.append({"name": name, "max_level": gym.max_level(name)})
-    return out
+    """new_task.py --list: every generator and its top difficulty level (None: it has no levels)."""
+    return [{"name": name, "max_level": gym.max_level(name)} for name in gym.names()]

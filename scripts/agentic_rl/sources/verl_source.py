@@ -82,8 +82,10 @@ def _check_sources(rows: list[dict], name: str) -> None:
                         f"{', '.join(prefixes)}: set data_source to the one that scores these rows")
 
 
-def build(path: Path, test_file: Path | None, n_train: int | None, n_test: int, seed: int,
+def build(path: Path, test_file: Path | None, n_train: int | None, n_test: int | None, seed: int,
           command: str) -> folder.Task:
+    """n_test: the test rows (with test_file: at most that many of its rows, None for all; without: a seeded draw
+    from path, None for a tenth of its rows)."""
     rows, systems = _read(path, "train" if test_file else "row")
     extra, more = _read(test_file, "test") if test_file else ([], set())
     systems |= more
@@ -102,6 +104,7 @@ def build(path: Path, test_file: Path | None, n_train: int | None, n_test: int, 
         test = [row for row in extra if row["prompt"] not in seen and not seen.add(row["prompt"])][:n_test or None]
         train = unique[:n_train]
     else:
+        n_test = folder.test_rows(n_test, len(unique))
         if n_test >= len(unique):
             raise UserError(f"{path.name} has {len(unique)} different prompts: --test {n_test} leaves none to train on",
                             "ask for fewer test rows, or give --test-file FILE", EXIT_USAGE)

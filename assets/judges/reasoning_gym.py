@@ -5,7 +5,8 @@ last <answer>...</answer>, stripped (None without one). reasoning_gym.get_score_
 metadata["source_dataset"]) scores it as the gym scores its own entries, {"answer": ground_truth,
 "metadata": metadata}: the row's metadata is the entry's. Some generators give partial credit (countdown:
 0.05 for an expression with the wrong numbers, 0.01 for none; others a share for an answer that contains
-the right one). Several accepted answers (metadata.aliases, examples.md): the best score.
+the right one). A scorer that raises on a malformed answer gives it 0.0. Several accepted answers
+(metadata.aliases, examples.md): the best score.
 
     compute_reward("<answer>-6</answer>", "-6", {"source_dataset": "basic_arithmetic", ...}) -> 1.0
 """
@@ -26,8 +27,15 @@ def _scorer(name: str):
     return reasoning_gym.get_score_answer_fn(name)
 
 
+def _score(score, answer, truth, metadata: dict) -> float:
+    try:
+        return float(score(answer, {"answer": truth, "metadata": metadata}))
+    except Exception:  # a scorer that raises on a malformed answer (prime_factorization's int()): it earns nothing
+        return 0.0
+
+
 def compute_reward(response: str, ground_truth, metadata: dict) -> float:
     score = _scorer(metadata["source_dataset"])
     answer = extract_answer(response)
     accepted = [ground_truth, *metadata.get("aliases", [])]
-    return max(float(score(answer, {"answer": truth, "metadata": metadata})) for truth in accepted)
+    return max(_score(score, answer, truth, metadata) for truth in accepted)

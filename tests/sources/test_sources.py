@@ -139,3 +139,16 @@ def test_no_reasoning_gym_is_an_error_naming_the_install(tmp_path):
     row = json.loads((task_dir / "test.jsonl").read_text().splitlines()[0])
     assert task.load_judge(task_dir)(f"<answer>{row['ground_truth']}</answer>", row["ground_truth"],
                                       row["metadata"]) == 1.0
+
+
+def test_the_gym_judge_gives_a_malformed_answer_nothing_where_the_gyms_scorer_raises():
+    """prime_factorization's scorer calls int() on the answer: the judge must not raise (a reply can be anything)."""
+    from agentic_rl.edge import gym
+
+    entry = gym.dataset("prime_factorization", 1, 4, None, {})[0]
+    row = json.loads(json.dumps(entry))
+    with pytest.raises(ValueError):
+        gym.scorer("prime_factorization")("your answer", row)
+    judge = judges.load("reasoning_gym")
+    assert judge("<answer>your answer</answer>", row["answer"], row["metadata"]) == 0.0
+    assert judge(f"<answer>{row['answer']}</answer>", row["answer"], row["metadata"]) == 1.0

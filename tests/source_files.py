@@ -69,8 +69,8 @@ import re, sys
 import datasets
 sys.path.insert(0, sys.argv[3])
 from agentic_rl.edge import verl_scores  # VERL's reward_score, without importing torch (8 s)
-verl_scores.default_compute_score()
-from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
+math_reward = verl_scores.submodule("math_reward")
+last_boxed_only_string, remove_boxed = math_reward.last_boxed_only_string, math_reward.remove_boxed
 
 out, rows = sys.argv[1], int(sys.argv[2])
 gsm = [{"question": f"Ann has {a} apples and buys {b} more. How many apples does she have?",

@@ -78,7 +78,7 @@ def test_verls_scorers_load_without_torch_in_every_python():
             pytest.fail(f"{name} is no data_source VERL scores")
         except Exception:  # noqa: BLE001 - a scorer that needs a package or a sandbox: it is one VERL scores
             pass
-    assert "torch" not in sys.modules
+    assert "torch" not in sys.modules and "verl" not in sys.modules, "no stand-in left to pass for the real verl"
     probe = ("import sys, time; sys.path.insert(0, sys.argv[1]); t = time.monotonic()\n"
              "from agentic_rl.edge import verl_scores\n"
              "print(verl_scores.score('lighteval/MATH', '\\\\boxed{\\\\frac{1}{2}}', '\\\\frac{1}{2}'), "

@@ -9,9 +9,10 @@ extra_info) of VERL 0.8.0. The judge runs in validate_data's probe and the rehea
 impossible in the CPU .venv. The package verl.utils.reward_score needs none of them (its gsm8k, MATH,
 DAPO and search-R1 scorers are the standard library; others import sympy, pylatexenc or mathruler when
 called). So it is loaded from VERL's own files without running verl/__init__.py and
-verl/utils/__init__.py, in every Python alike (well under a second per rollout process): `verl` and
-`verl.utils` are then plain packages of their folders in that process (the scorers import their modules
-from them, also when called), which only the judge's processes (a rollout's agent, the probe) hold. VERL's files are
+verl/utils/__init__.py, in every Python alike (well under a second per rollout process): while VERL's
+code runs, `verl` and `verl.utils` are plain packages of their folders (its scorers import their modules
+when called), and afterwards sys.modules holds neither, so nothing else in the process takes them for
+the real verl. VERL's files are
 the importable verl's (found by find_spec, nothing imported), else the bundle's .venv-verl
 (`make verl-venv`), as verl_config finds VERL's config. A process that already imported verl uses it.
 
@@ -23,10 +24,12 @@ the importable verl's (found by find_spec, nothing imported), else the bundle's 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,32 +55,60 @@ def verl_dir() -> Path | None:
     return next((c for c in candidates if (c / "utils" / "reward_score" / "__init__.py").is_file()), None)
 
 
+@contextlib.contextmanager
+def _packages() -> Iterator[None]:
+    """While VERL's code runs (importing its scorers, calling them: they import their modules when called),
+    `verl` and `verl.utils` are plain packages of VERL's folders, their __init__.py not run; afterwards
+    sys.modules holds neither, so nothing else in the process takes them for the real verl (find_spec,
+    find_train_python). A process that imported the real verl keeps it."""
+    added = []
+    if not _loaded.get("real"):
+        for name, path in (("verl", _loaded["base"]), ("verl.utils", _loaded["base"] / "utils")):
+            if name not in sys.modules:
+                package = types.ModuleType(name, f"{path}: VERL's files, its __init__.py not run (verl_scores.py)")
+                package.__path__ = [str(path)]
+                package.__package__ = name
+                sys.modules[name] = package
+                added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+
+
 def _load() -> Any:
     """The verl.utils.reward_score module (see the module docstring for how)."""
     if "module" in _loaded:
         return _loaded["module"]
     real = sys.modules.get("verl")
-    if real is not None and getattr(real, "__file__", None):  # verl itself is imported here already
-        module = importlib.import_module(PACKAGE)
-    else:
-        base = verl_dir()
-        if base is None:
+    _loaded["real"] = real is not None and bool(getattr(real, "__file__", None))  # verl itself is imported here
+    if not _loaded["real"]:
+        _loaded["base"] = verl_dir()
+        if _loaded["base"] is None:
             raise UserError("VERL's reward functions (verl.utils.reward_score) are not installed for this Python "
                             f"({sys.executable}), nor in the bundle's .venv-verl", INSTALL_HINT, EXIT_ENV)
-        for name, path in (("verl", base), ("verl.utils", base / "utils")):
-            if name not in sys.modules:  # the package's folder to import from, without its __init__.py
-                package = types.ModuleType(name, f"{path}: VERL's files, its __init__.py not run (verl_scores.py)")
-                package.__path__ = [str(path)]
-                package.__package__ = name
-                sys.modules[name] = package
-        module = importlib.import_module(PACKAGE)
-    _loaded["module"] = module
-    return module
+    with _packages():
+        _loaded["module"] = importlib.import_module(PACKAGE)
+    return _loaded["module"]
+
+
+def submodule(name: str) -> Any:
+    """A module of VERL's reward_score package (math_reward, gsm8k, ...), imported the same way."""
+    _load()
+    with _packages():
+        return importlib.import_module(f"{PACKAGE}.{name}")
 
 
 def default_compute_score() -> Any:
     """VERL's default_compute_score(data_source, solution_str, ground_truth, extra_info=None, ...)."""
-    return _load().default_compute_score
+    fn = _load().default_compute_score
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _packages():
+            return fn(*args, **kwargs)
+
+    return call
 
 
 def score(data_source: str, response: str, ground_truth: Any, extra_info: Any = None) -> float:

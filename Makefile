@@ -35,7 +35,7 @@ venvs:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(STAMP) $(VERL_STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check scripts tests bench tools assets/generate_example.py
+	$(PY) -m ruff check scripts tests bench tools assets/generate_example.py assets/judges
 	$(VENV)/bin/shellcheck scripts/*.sh tools/*.sh assets/slurm/*.sbatch .ci/run
 	@rm -rf build/skill-lint && mkdir -p build/skill-lint/agentic-rl && cp SKILL.md build/skill-lint/agentic-rl/ \
 	  && $(VENV)/bin/agentskills validate build/skill-lint/agentic-rl

@@ -220,6 +220,8 @@ SLOWEST_MODULES = (
     "test_cpu_tool_train.py",  # ~90 s
     "test_stop_training.py",  # ~75 s
     "test_secrets.py",  # ~55 s: two rehearsals with an LLM judge whose tools look for the run's secrets
+    "test_new_task_rehearsal.py",  # ~20 s: three rehearsals at once (one per new_task.py source)
+    "test_new_task.py",  # ~20 s: a dozen folders validated for real
     "test_validate_data.py",
     "test_verl_parity.py",
     "test_docs_commands.py",

@@ -24,11 +24,14 @@ pip=("$target/bin/python" -m pip)
 "${pip[@]}" install --quiet --ignore-requires-python -c "$here/verl-constraints.txt" agentlightning==1.0.2
 # The bundle's own dependencies (pyproject.toml), so the launcher and the job run under this Python
 # exactly as under .venv: `PYTHON=.venv-verl/bin/python bash scripts/start_training.sh ... --gpus 0`.
+# reasoning-gym: a task new_task.py made from it scores with the gym's own scorer, in the agents CPU training runs
+# here; pyarrow: new_task.py reads parquet (datasets brings the constrained one).
 "${pip[@]}" install --quiet -c "$here/verl-constraints.txt" "nvidia-ml-py>=12.535" "psutil>=5.9" \
-  "jsonschema>=4.18" "tabulate>=0.9" "orjson>=3.9" "huggingface_hub>=0.34" "mcp>=1.10,<2"
+  "jsonschema>=4.18" "tabulate>=0.9" "orjson>=3.9" "huggingface_hub>=0.34" "mcp>=1.10,<2" \
+  "reasoning-gym==0.1.25" "pyarrow>=15"
 # The MCP example's server: --cpu-steps runs the agents (and the run's MCP hub) under this Python.
 "${pip[@]}" install --quiet -c "$here/verl-constraints.txt" "mcp-server-calculator>=0.2"
 # A broken resolve must fail the build here, not as an import error inside a Ray worker.
 "${pip[@]}" check
-"$target/bin/python" -c 'import verl.trainer.main_ppo, agentlightning.verl.entrypoint, einops' >/dev/null
+"$target/bin/python" -c 'import verl.trainer.main_ppo, agentlightning.verl.entrypoint, einops, reasoning_gym' >/dev/null
 touch "$target/.installed"

@@ -2,7 +2,7 @@
 # make demo: the whole workflow on assets/example, as far as this machine allows, then the
 # tool-using agent of assets/tool_example rehearsed with its oracle file, and the same agent on the
 # real MCP server of assets/mcp_example (mcp-server-calculator, as Agent Lightning's calc_x runs it),
-# then the learning self-test.
+# then a reasoning-gym task made by new_task.py, validated and rehearsed, then the learning self-test.
 # Works on a copy (build/demo/task), never on assets/example itself. Without a GPU (check_gpu
 # exits 3) or without verl, step 7 is the CPU rehearsal of the launch path.
 set -euo pipefail
@@ -71,6 +71,18 @@ rehearse_tool_task tool_example "tool agent"
 # MCP tools: assets/mcp_example declares mcp-server-calculator in agent.json's mcp_servers; the run starts
 # it once, behind the hub every rollout's agent calls (edge/mcp_hub.py).
 rehearse_tool_task mcp_example "MCP tools"
+
+# A task folder made from what a user already has, in one command: three reasoning-gym generators (arithmetic,
+# countdown's partial credit, a string task) with the gym's own scorer as judge.py; validated, then rehearsed.
+step "new_task.py: a mixed reasoning-gym task, validated and rehearsed"
+gym_task="$demo/gym_task" gym_out="$demo/gym_outputs"
+"$py" "$root/scripts/new_task.py" --from reasoning-gym:basic_arithmetic,countdown,spell_backward --train 64 --test 16 \
+  --out "$gym_task"
+"$py" "$root/scripts/validate_data.py" "$gym_task" || rc=$?
+bash "$root/scripts/start_training.sh" --input-dir "$gym_task" --output-dir "$gym_out" --rehearse
+"$py" "$root/scripts/check_status.py" --output-dir "$gym_out" --watch 2 >/dev/null || true
+"$py" "$root/scripts/check_status.py" --output-dir "$gym_out" || rc=$?
+"$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("rehearsal: mean reward", r.get("mean_reward"), "failed", r.get("failed"), "oracle form", r["judge_audit"].get("oracle_form"))' "$gym_out/rehearsal.json"
 
 # Last, does training learn here? assets/selftest trained for its own N steps through the real loop
 # (on CPU; on the GPUs step 3 picked where a GPU and verl are), ending with the verdict line.

@@ -7,8 +7,9 @@
 With judge.json the folder needs no judge.py (when both exist, judge.json is used). Every rollout's
 answer goes to the run's judge service (edge/judge_service.py: one per run, on 127.0.0.1), which
 sends the endpoint one chat request per answer: the rubric as the system message, then the task's
-prompt, the reference answer (the row's ground_truth) and the response, each inside its tag with <, >
-and & escaped, so a response cannot close its tag. The reply must hold exactly one
+prompt, the reference answer (the row's ground_truth; its other accepted answers, metadata.aliases, one a
+line in their own tag) and the response, each inside its tag with <, > and & escaped, so a response
+cannot close its tag. The reply must hold exactly one
 `<score>N</score>` (N a number from 0 to max_score; the same value twice counts once): the reward is
 N / max_score. Anything else (a reply over reply_limit's bytes included) is a judge error: reward 0
 with the raw reply, escaped, in the reason. cache_key is what decides an answer: the URL, the key's
@@ -243,12 +244,20 @@ def _escaped(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def request_body(spec: dict, prompt: str, response: str, ground_truth: Any = None) -> dict:
-    """The chat/completions request for one answer (what the cache key is taken from)."""
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def request_body(spec: dict, prompt: str, response: str, ground_truth: Any = None, aliases: list | None = None) -> dict:
+    """The chat/completions request for one answer (what the cache key is taken from). aliases: the row's other
+    accepted answers (metadata.aliases), one a line after the reference answer; without them the request is
+    as it always was."""
     parts = [f"<task>\n{_escaped(prompt)}\n</task>"]
     if ground_truth is not None:
-        reference = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, ensure_ascii=False)
-        parts.append(f"<reference_answer>\n{_escaped(reference)}\n</reference_answer>")
+        parts.append(f"<reference_answer>\n{_escaped(_text(ground_truth))}\n</reference_answer>")
+    if aliases:
+        listed = "\n".join(_escaped(_text(a)) for a in aliases)
+        parts.append(f"<other_accepted_answers>\n{listed}\n</other_accepted_answers>")
     parts.append(f"<response>\n{_escaped(response)}\n</response>")
     parts.append(INSTRUCTION.format(max_score=f"{spec['max_score']:g}"))
     return {"model": spec["model"], "messages": [{"role": "system", "content": spec["rubric"]},

@@ -115,6 +115,22 @@ def response_text(ground_truth: Any) -> str:
     return ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, ensure_ascii=False)
 
 
+# Several accepted answers, the one contract (examples.md, "Several accepted answers"): ground_truth holds the first
+# (what the oracle answers and the judge audit's probes rewrite), metadata.aliases a list of the others. Every
+# judge new_task.py writes accepts any of them; an LLM judge's request lists them all.
+ALIASES_KEY = "aliases"
+
+
+def aliases(metadata: Any) -> list:
+    """A row's other accepted answers: metadata.aliases when it is a list, else none.
+
+        >>> aliases({"aliases": ["Paree"]}), aliases({}), aliases(None)
+        (['Paree'], [], [])
+    """
+    found = metadata.get(ALIASES_KEY) if isinstance(metadata, dict) else None
+    return list(found) if isinstance(found, list) else []
+
+
 def agent_config_path(input_dir: Path) -> Path | None:
     for name in ("agent.json", "agent.jsonl"):
         if (input_dir / name).is_file():

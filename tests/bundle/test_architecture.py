@@ -2,9 +2,10 @@
 
 - scripts/ holds only CLIs; the internals live in scripts/agentic_rl, one folder per concern (ROOMS).
 - Imports between the rooms run one way only (ALLOWED): the gates (checks) and the run folder's readers
-  (runs) never import the run itself (launch); edge imports nothing of the domain, only the shared root.
+  (runs) never import the run itself (launch); edge imports nothing of the domain, only the shared root;
+  sources (new_task.py's) imports only the root, edge and checks, and only the CLIs import it.
 - Only scripts/agentic_rl/edge/ imports the outside worlds (NVML, processes and signals, Agent Lightning,
-  Hydra/OmegaConf/VERL, Ray, the MCP SDK), at any depth (function-level imports count); only edge/procs.py and
+  Hydra/OmegaConf/VERL, Ray, the MCP SDK, reasoning-gym, pyarrow), at any depth (function-level imports count); only edge/procs.py and
   edge/reaper.py (its standard-library twin, which the agents use to end what their tools left) send signals.
 - Nothing in the package imports a CLI, and the package's imports have no cycle.
 - No module over MAX_LINES lines unless its docstring's first paragraph says why.
@@ -39,14 +40,15 @@ TESTS = ROOT / "tests"
 
 # The outside worlds and the one edge module that may reach each.
 OUTSIDE = {"pynvml": "nvml", "psutil": "procs", "agentlightning": ("agl", "stand_ins", "fit_budget"), "hydra": "verl_config",
-           "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge", "stand_ins", "rollout_server"),
-           "ray": ("ray_cluster", "verl_config", "rollout_server"), "mcp": "mcp_hub"}
+           "omegaconf": "verl_config", "verl": ("verl_config", "verl_merge", "stand_ins", "rollout_server", "verl_scores"),
+           "ray": ("ray_cluster", "verl_config", "rollout_server"), "mcp": "mcp_hub", "reasoning_gym": "gym",
+           "pyarrow": "parquet"}
 SIGNALLING = {"kill", "killpg"}  # os.kill / os.killpg: only edge/procs (psutil) and edge/reaper (stdlib) send signals
 SIGNALLERS = ("procs.py", "reaper.py")
 
 # The rooms of the package; "" is its root, the pieces every room shares (cli, files, bootstrap, and the
 # contracts of the task folder and the oracle file).
-ROOMS = ("", "agents", "checks", "edge", "export", "forecast", "launch", "runs")
+ROOMS = ("", "agents", "checks", "edge", "export", "forecast", "launch", "runs", "sources")
 # Which rooms each room may import (besides itself). Edge wraps the outside worlds for everybody, so it
 # imports nothing of the domain; the gates (checks) and the run folder's readers (runs) never import the
 # run (launch); nothing but the CLIs imports export. Agents may read runs.run_dir's names (see AGENT_IMPORTS).
@@ -59,6 +61,7 @@ ALLOWED = {
     "forecast": {"", "edge", "checks", "runs"},  # the bill before booking: reads gates' values, not a run
     "launch": {"", "edge", "agents", "checks", "runs", "forecast"},
     "export": {"", "edge", "checks", "runs"},
+    "sources": {"", "edge", "checks"},  # new_task.py's: what users already have, made into a task folder
 }
 MAX_LINES = 400
 # Test folders that hold what spans the rooms: the house itself (layout, docs) and the CLI layer.

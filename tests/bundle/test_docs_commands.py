@@ -38,6 +38,9 @@ EXPECTED = [
     (r"start_training\.sh .*--resume", 1, "`--resume` found no checkpoint"),  # refused before the GPU check
     (r"start_training\.sh .*--rehearse", 0, "Exit 0: it prints the pid, the run id"),
     (r"start_training\.sh .*--gpus", 3, "Exit 3: no GPU driver or NVML (rehearse instead"),  # no GPU here
+    # EVO_INPUT_DIR is a task folder already: new_task.py refuses it before reading any source
+    # (tests/sources/test_new_task.py makes folders from each source).
+    (r"new_task\.py", 4, "Exit 4: `--out` exists"),
     (r"validate_data\.py", 0, "Exit 0: tell the user the row counts"),
     (r"check_model\.py", 0, "Exit 0: the model is complete"),
     # NAME and USD stay placeholders here: a GPU named tiny-qwen2 is unknown (tests/forecast runs it for real)

@@ -15,6 +15,7 @@ import validate_data
 from agentic_rl import task
 from agentic_rl.checks import judge_audit, judge_findings
 from conftest import ROOT
+from defect_cases import JUDGE_HEAD
 
 EXAMPLE = ROOT / "assets" / "example"
 TOOL_EXAMPLE = ROOT / "assets" / "tool_example"
@@ -334,3 +335,62 @@ def test_a_tool_task_warns_of_no_tool_and_a_template_with_the_answer_warns_of_ec
 def test_a_judge_that_punishes_the_empty_answer_warns_once_of_the_format(arithmetic):
     result = audit(lambda r, g, m: -1.0 if not r.strip() else right(r, g), *arithmetic)
     assert result["findings"] == [] and result["warnings"] == ["format_only"], result["probes"]
+
+
+# --------------------------------------------------------------------------- several accepted answers (issue 39)
+
+
+def test_an_alias_is_never_a_wrong_value_and_the_oracle_is_the_first_answer():
+    rows = [("train.jsonl:1", {"q": "France", "ground_truth": "Paris", "metadata": {"aliases": ["Paree", "City of Light"]}}),
+            ("train.jsonl:2", {"q": "x", "ground_truth": "Paree"}), ("train.jsonl:3", {"q": "y", "ground_truth": "Lyon"}),
+            ("train.jsonl:4", {"q": "z", "ground_truth": "City of Light"}), ("train.jsonl:5", {"q": "w", "ground_truth": "Nice"})]
+    plans, _ = judge_audit.build_plans(rows, "Capital of {q}? Answer: <city>", {})
+    assert [f["text"] for f in plans[0]["forms"]] == ["Answer: Paris", "Paris"]
+    assert plans[0]["wrong"] == ["Lyon", "Nice", "siraP"] and plans[0]["aliases"] == ["Paree", "City of Light"]
+
+
+def test_a_rows_own_prompt_names_its_answer_format_when_the_template_does_not():
+    """VERL's data: task.goal is {prompt}, and each row's prompt asks for its own format."""
+    rows = [("train.jsonl:1", {"prompt": 'Add 3 and 4. Output the final answer after "####".', "ground_truth": "7"}),
+            ("train.jsonl:2", {"prompt": "Halve 1. Output the final answer within \\boxed{}.", "ground_truth": "0.5"}),
+            ("train.jsonl:3", {"prompt": "Say hi.", "ground_truth": "hi"})]
+    plans, settings = judge_audit.build_plans(rows, "{prompt}", {})
+    assert [[f["text"] for f in p["forms"]] for p in plans] == [["#### 7", "7"], ["\\boxed{0.5}", "0.5"], ["hi"]]
+    assert settings["format"] is None
+
+
+def test_the_oracle_form_is_the_one_the_judge_scores_higher():
+    plans = [{"where": f"train.jsonl:{i}", "forms": [{}, {}]} for i in range(1, 4)]
+
+    def calls(formatted: list[float], bare: list[float]) -> list[dict]:
+        return [{"row": i, "kind": "oracle", "variant": v, "reward": r} for i, pair in enumerate(zip(formatted, bare, strict=True))
+                for v, r in enumerate(pair)]
+
+    assert judge_findings.oracle_form(plans, calls([1, 1, 1], [0, 0, 1])) == "formatted"  # VERL's gsm8k scorer
+    assert judge_findings.oracle_form(plans, calls([1, 1, 1], [1, 1, 1])) == "bare"  # a tie plays the ground truth
+    assert judge_findings.oracle_form(plans, calls([0, 0, 0], [1, 1, 1])) == "bare"  # a judge that reads it bare
+    assert judge_findings.oracle_form([{"forms": [{}]}], [{"row": 0, "kind": "oracle", "reward": 1.0}]) == "bare"
+
+
+LIST_AS_TEXT = JUDGE_HEAD + "    return 1.0 if str(ground_truth) in response or json.dumps(ground_truth) in response else 0.0\n"
+LIST_AS_ANSWERS = JUDGE_HEAD + ("    tail = response.rsplit('Answer:', 1)[-1].strip()\n"
+                                "    return float(tail in [str(a) for a in ground_truth])\n")
+
+
+@pytest.mark.parametrize("judge, warned", [(LIST_AS_TEXT, True), (LIST_AS_ANSWERS, False)])
+def test_a_list_ground_truth_compared_as_a_string_is_warned(judge, warned, example_task, capsys):
+    """The walkthrough's trap: a list as ground_truth, a judge that compares it as text; the oracle answered the
+    list's JSON text and scored well, with no word. Now the first item alone is scored too."""
+    lines = (example_task / "train.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        row["ground_truth"] = [row["ground_truth"], row["ground_truth"] + ".0"]
+    (example_task / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (example_task / "judge.py").write_text("import json\n" + judge)
+    validate_data.main([str(example_task), "--json"])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    found = [c for c in checks if "ground_truth is a list" in c["message"]]
+    assert bool(found) is warned, checks
+    if warned:
+        assert found[0]["status"] == "warn" and "16 sampled rows" in found[0]["message"]
+        assert "metadata.aliases" in found[0]["hint"] and found[0]["where"] == "train.jsonl:1"

@@ -26,6 +26,7 @@ COMMANDS = {
     "check_status.py": (["--output-dir", "{tmp}/no-run"], 2),
     "export_model.py": (["--output-dir", "{tmp}/no-run"], 3),
     "forecast.py": (["{example}", "--gpu", "H100", "--models-dir", "{tmp}/no-models"], 3),  # no model folder
+    "new_task.py": (["--from", "reasoning-gym:basic_arithmetic", "--train", "16", "--test", "2", "--out", "{tmp}/task"], 0),
     "selftest.py": (["--input-dir", "{tmp}/no-task"], 3),  # the task folder is not there
     "stop_training.py": (["--output-dir", "{tmp}/no-run"], 2),
     "validate_data.py": (["{example}", "--sample", "2"], 0),
@@ -221,7 +222,7 @@ def test_required_modules_are_the_projects_dependencies():
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     dists = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps}
-    import_names = {"nvidia-ml-py": "pynvml"}
+    import_names = {"nvidia-ml-py": "pynvml", "reasoning-gym": "reasoning_gym"}
     assert {import_names.get(d, d) for d in dists} == set(bootstrap.REQUIRED_MODULES)
     assert sys.version_info[:2] >= bootstrap.MIN_PYTHON
 

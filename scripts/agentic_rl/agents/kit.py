@@ -146,7 +146,8 @@ def score_llm(judge: tuple[str, str], input_dir: str, response: str, row: dict) 
             prompt = task.render_template(fh.read(), row)
         wait = float(os.environ.get(JUDGE_WAIT_ENV) or DEFAULT_TIMEOUT_S)
         answer = post_json(url.rstrip("/") + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": row.get("ground_truth")},
+                                                       "ground_truth": row.get("ground_truth"),
+                                                       "aliases": task.aliases(row.get("metadata"))},
                            token, wait)
         reward, reason = answer.get("reward"), answer.get("reason")
     except (OSError, urllib.error.URLError, ValueError, AttributeError) as exc:

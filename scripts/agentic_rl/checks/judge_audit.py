@@ -13,11 +13,12 @@ or the --oracle file's answer) and tools.py's schema, never from the example tas
     no_tool        (a task with tools.py) the oracle's final answer with no tool call in the trajectory
 
 The oracle has up to two forms: the ground truth bare and, when task.goal or the system prompt names an
-answer format ("Answer: <number>", <answer></answer>, \\boxed{}, ####), inside that format; the form
-that scores best (the formatted one on a tie) is the one the probes rewrite. A wrong value keeps the
-answer's type: a number moves by at least 1 and half its size (a fraction stays a fraction, decimals
-keep their places), a choice letter becomes another letter, yes/no flips, anything else takes another
-sampled row's answer. judge_findings.py turns the scores into findings.
+answer format ("Answer: <number>", <answer></answer>, \\boxed{}, ####), or else the row's own rendered
+prompt does (VERL's data), inside that format; the form that scores best (the formatted one on a tie)
+is the one the probes rewrite. The ground truth is the first accepted answer; the others
+(metadata.aliases) are never a wrong value. A wrong value keeps the answer's type (wrong_values.py). A
+list-valued ground truth's first item alone is scored too (judge_findings.list_truth: a judge that
+compares the list as one string). judge_findings.py turns the scores into findings.
 
     >>> answer_format(['Give the final answer on the last line as "Answer: <number>".'])
     ['Answer: ', '']
@@ -37,6 +38,8 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
+from agentic_rl.checks.wrong_values import wrong_values
+
 PROBES = {
     "empty": "the empty answer",
     "format_only": "the answer format with a wrong value",
@@ -48,6 +51,7 @@ PROBES = {
 }
 ORACLE = "oracle"
 TOOL_PROBE = "no_tool"
+FIRST_ITEM = "first_item"  # not a probe: a list-valued ground truth's first item, for judge_findings.list_truth
 CHARS_PER_TOKEN = 4  # the token budget as text: about 4 characters a token for English
 JUNK_MAX_CHARS = 32_000
 DEFAULT_MAX_TOKENS = 1024  # agents/kit.py's, when agent.json sets none
@@ -62,11 +66,7 @@ _QUOTED = re.compile(r"""(["'`\u201c\u2018])([^"'`\u201d\u2019\n<>]{0,40}?)<[^<>
                      r"""["'`\u201d\u2019]""")
 _LABEL_SLOT = re.compile(r"((?:final\s+)?answer\s*(?:is)?\s*[:=])\s*<[^<>\n]{1,30}>", re.I)
 _LABEL = re.compile(r"\b((?:final\s+)?answer)\s*:", re.I)
-_NUMBER = re.compile(r"^([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(%?)$")
-_FRACTION = re.compile(r"^([+-]?\d+)\s*/\s*(\d+)$")
 _NUMBER_IN_TEXT = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s*/\s*\d+)?")
-_LETTER = re.compile(r"^(\(?)([A-Za-z])(\)?\.?)$")
-_FLIPS = {"yes": "no", "no": "yes", "true": "false", "false": "true"}
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
 _JUNK_WORDS = ("meadow", "lantern", "harbor", "velvet", "orchard", "pebble", "compass", "willow", "thunder", "saffron",
                "glacier", "marble", "tundra", "falcon", "ember", "quiver", "bramble", "cobalt", "drizzle", "fjord",
@@ -163,68 +163,6 @@ def answer_span(text: str, truth: str, fmt: list[str] | None) -> list[int]:
     return [0, len(text)]
 
 
-# --------------------------------------------------------------------------- wrong values
-
-
-def wrong_values(answer: str, pool: list[str], k: int = 3) -> list[str]:
-    """k values of the answer's type that are not the answer (fewer for a yes/no answer: it has one)."""
-    text = answer.strip()
-    number = _NUMBER.match(text)
-    fraction = _FRACTION.match(text)
-    if number or fraction:
-        return _wrong_numbers(text, number, fraction, k)
-    letter = _LETTER.match(text)
-    if letter:
-        return _wrong_letters(letter, pool, k)
-    if text.lower() in _FLIPS:
-        flipped = _FLIPS[text.lower()]
-        return [flipped.upper() if text.isupper() else flipped.capitalize() if text[:1].isupper() else flipped]
-    lowered = text.casefold()
-    out: list[str] = []
-    for other in pool:
-        o = other.strip()
-        if o and o.casefold() != lowered and o.casefold() not in lowered and lowered not in o.casefold() \
-                and o not in out:
-            out.append(o)
-        if len(out) == k:
-            return out
-    for fallback in (text[::-1], "unknown", "none"):
-        if len(out) < k and fallback.casefold() not in (lowered, *(o.casefold() for o in out)) and fallback:
-            out.append(fallback)
-    return out
-
-
-def _steps(value: Fraction, k: int) -> list[Fraction]:
-    d = max(1, abs(value) // 2)
-    offsets = [d, -d, 2 * d, -2 * d, 3 * d][:k]
-    return [value + o for o in offsets]
-
-
-def _wrong_numbers(text: str, number: re.Match | None, fraction: re.Match | None, k: int) -> list[str]:
-    if fraction:
-        num, den = int(fraction.group(1)), int(fraction.group(2))
-        d = max(1, abs(Fraction(num, den or 1)) // 2)
-        return [f"{num + int(o) * den}/{den}" for o in (d, -d, 2 * d, -2 * d, 3 * d)[:k]]
-    assert number is not None
-    sign, whole, decimals, percent = number.groups()
-    value = Fraction(f"{sign}{whole.replace(',', '')}" + (f".{decimals}" if decimals else ""))
-    out = []
-    for v in _steps(value, k):
-        shown = f"{float(v):.{len(decimals)}f}" if decimals else str(int(v))
-        if "," in whole:
-            shown = f"{int(v):,}"
-        out.append(shown + percent)
-    return out
-
-
-def _wrong_letters(letter: re.Match, pool: list[str], k: int) -> list[str]:
-    before, ch, after = letter.groups()
-    seen = [m.group(2) for p in pool if (m := _LETTER.match(p.strip()))]
-    letters = [c for c in dict.fromkeys(seen + list("ABCDEFGH")) if c.upper() != ch.upper()]
-    cased = [c.lower() if ch.islower() else c.upper() for c in letters]
-    return [f"{before}{c}{after}" for c in list(dict.fromkeys(sorted(cased)))[:k]]
-
-
 def junk(seed: int, chars: int, avoid: str) -> str:
     """`chars` characters of lowercase words unrelated to any task (no digits); none of them is, holds or is
     held by the answer, so a judge that reads answers finds none."""
@@ -282,10 +220,23 @@ def tool_messages(turns: list[dict] | None, schemas: list[dict] | None) -> list[
     return messages
 
 
+def row_format(template: str, system: str | None, prompt: str) -> list[str] | None:
+    """A row's answer format: the one task.goal's literal text or the system prompt names, else the one the row's
+    own rendered prompt names (VERL's data keeps the instruction in each row's prompt: "#### ", \\boxed{})."""
+    return answer_format([literal_text(template), system or ""]) or (answer_format([prompt]) if prompt else None)
+
+
+def first_item(ground_truth: Any) -> str | None:
+    """A list-valued ground truth's first item as text (a list of several accepted answers?), else None."""
+    head = ground_truth[0] if isinstance(ground_truth, list) and ground_truth else None
+    return None if head is None or isinstance(head, (bool, dict, list)) else head if isinstance(head, str) else json.dumps(head)
+
+
 def build_plans(samples: list[tuple[str, dict]], template: str, agent: dict, schemas: list[dict] | None = None,
                 script: dict[str, list[dict]] | None = None) -> tuple[list[dict], dict]:
     """(one plan per sampled row, the settings every row shares): what run_row needs to build and score the
-    probes. samples: (where, row) pairs; script: the --oracle file's turns by row id."""
+    probes. samples: (where, row) pairs; script: the --oracle file's turns by row id. A row's other accepted
+    answers (metadata.aliases) are never a probe's wrong value."""
     from agentic_rl import oracle_turns, task
 
     system = agent.get("system_prompt") if isinstance(agent.get("system_prompt"), str) else None
@@ -296,24 +247,27 @@ def build_plans(samples: list[tuple[str, dict]], template: str, agent: dict, sch
     plans = []
     for where, row in samples:
         truth = task.response_text(row.get("ground_truth"))
-        turns = script.get(str(row.get("id")))
-        scripted = oracle_turns.final_answer(turns) if turns else None
-        if scripted is not None:
-            forms = [{"text": scripted, "span": answer_span(scripted, truth, fmt)}]
-        else:
-            forms = [{"text": truth, "span": [0, len(truth)]}]
-            if fmt and fmt != ["", ""]:
-                forms.insert(0, {"text": fmt[0] + truth + fmt[1], "span": [len(fmt[0]), len(fmt[0]) + len(truth)]})
         try:
             prompt = task.render_template(template, row)
         except (task.TemplateError, ValueError):
             prompt = ""
+        row_fmt = fmt or (answer_format([prompt]) if prompt else None)
+        turns = script.get(str(row.get("id")))
+        scripted = oracle_turns.final_answer(turns) if turns else None
+        if scripted is not None:
+            forms = [{"text": scripted, "span": answer_span(scripted, truth, row_fmt)}]
+        else:
+            forms = [{"text": truth, "span": [0, len(truth)]}]
+            if row_fmt and row_fmt != ["", ""]:
+                forms.insert(0, {"text": row_fmt[0] + truth + row_fmt[1], "span": [len(row_fmt[0]), len(row_fmt[0]) + len(truth)]})
         plans.append({"where": where, "ground_truth": row.get("ground_truth"), "metadata": row.get("metadata") or {},
-                      "prompt": prompt, "system": system, "forms": forms,
-                      "tools": tool_messages(turns, schemas)})
+                      "aliases": task.aliases(row.get("metadata")), "prompt": prompt, "system": system, "forms": forms,
+                      "tools": tool_messages(turns, schemas), "first_item": first_item(row.get("ground_truth"))})
     answers = [p["forms"][0]["text"][slice(*p["forms"][0]["span"])] for p in plans]
     for i, plan in enumerate(plans):
-        plan["wrong"] = wrong_values(answers[i], answers[:i] + answers[i + 1:])
+        accepted = {task.response_text(a).strip().casefold() for a in plan["aliases"]}
+        wrong = wrong_values(answers[i], answers[:i] + answers[i + 1:], 3 + len(accepted))
+        plan["wrong"] = [w for w in wrong if w.strip().casefold() not in accepted][:3] or wrong[:1]
         plan["seed"] = i
     settings = {"format": fmt, "junk_chars": min(JUNK_MAX_CHARS, max_tokens * CHARS_PER_TOKEN),
                 "tool_task": bool(schemas), "answer_in_prompt": "{ground_truth}" in template.replace("{{", "")}
@@ -381,6 +335,8 @@ def run_row(index: int, plan: dict, settings: dict, score: Score, injection: str
     if best is None:  # the judge failed on the oracle: nothing to compare the probes with
         yield from call("empty", 0, "")
         return
+    if plan.get("first_item") is not None:  # a list as ground_truth: does the judge accept its first item alone?
+        yield from call(FIRST_ITEM, 0, fill(plan["forms"][best[1]], plan["first_item"]))
     for kind, variants in probe_responses(plan, settings, plan["forms"][best[1]], injection).items():
         for j, response in enumerate(variants):
             yield from call(kind, j, response, tools=kind != TOOL_PROBE)

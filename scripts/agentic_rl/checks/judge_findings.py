@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from agentic_rl.checks.judge_audit import ORACLE, PROBES, TOOL_PROBE
+from agentic_rl.checks.judge_audit import FIRST_ITEM, ORACLE, PROBES, TOOL_PROBE
 from agentic_rl.cli import Check
 
 MARGIN = 0.1  # of the reward range the audit saw: "as much as the oracle" within it
@@ -109,7 +109,7 @@ def per_row(calls: list[dict]) -> dict[int, dict[str, float]]:
     """{row: {kind: best reward}}: the oracle's best form, each probe's best variant."""
     rows: dict[int, dict[str, float]] = {}
     for c in calls:
-        if "reward" in c:
+        if "reward" in c and c["kind"] != FIRST_ITEM:
             kinds = rows.setdefault(c["row"], {})
             kinds[c["kind"]] = max(kinds.get(c["kind"], c["reward"]), c["reward"])
     return rows
@@ -129,7 +129,7 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
     means = {p: _mean([k[p] for k in rows.values() if p in k]) for p in PROBES}
     out: dict = {"probes": [], "findings": [], "warnings": [], "allowed": [], "conclusive": hi > lo,
                  "oracle_mean": _mean(list(oracle.values())), "margin": round(margin, 6), "share": SHARE,
-                 "rows": len(plans),
+                 "rows": len(plans), "oracle_form": oracle_form(plans, calls),
                  # against labels only: a row whose ground_truth is null (an open-ended task) has none
                  "agreement": agreement({i: k for i, k in rows.items() if plans[i].get("ground_truth") is not None},
                                         lo, hi, [p for p in PROBES if p not in warn_only])}
@@ -164,6 +164,38 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
         for entry in out["probes"]:
             entry["status"] = "inconclusive"
     return out
+
+
+def oracle_form(plans: list[dict], calls: list[dict]) -> str:
+    """"formatted" when the judge scores the ground truth inside the answer format (the oracle's first form) higher
+    than bare on most rows that have both forms, else "bare": the form the rehearsal's oracle plays (VERL's gsm8k
+    scorer reads only "#### 72", a judge that compares the reply with ground_truth only the bare one)."""
+    forms: dict[int, dict[int, float]] = {}
+    for c in calls:
+        if c["kind"] == ORACLE and "reward" in c:
+            forms.setdefault(c["row"], {})[c.get("variant", 0)] = c["reward"]
+    both = [f for i, f in forms.items() if len(plans[i].get("forms", ())) == 2 and len(f) == 2]
+    higher = sum(f[0] > f[1] for f in both)
+    return "formatted" if both and higher * 2 > len(both) else "bare"
+
+
+def list_truth(plans: list[dict], calls: list[dict]) -> list[Check]:
+    """A warning when a list-valued ground truth reaches a judge that compares it as one string: its first item
+    alone scores below the list's JSON text (the oracle) on a sampled row."""
+    best = per_row(calls)
+    alone = {c["row"]: c["reward"] for c in calls if c["kind"] == FIRST_ITEM and "reward" in c}
+    lists = [i for i, p in enumerate(plans) if p.get("first_item") is not None and ORACLE in best.get(i, {})]
+    lower = [i for i in lists if i in alone and alone[i] < best[i][ORACLE]]
+    if not lower:
+        return []
+    i = lower[0]
+    rows = ", ".join(plans[j]["where"] for j in lower[:3]) + (f" and {len(lower) - 3} more" if len(lower) > 3 else "")
+    return [Check("judge.py", "warn", f"ground_truth is a list on {len(lists)} sampled rows, and judge.py scores its "
+                  f"first item alone below the list's JSON text on {len(lower)} of them ({rows}; {alone[i]:.3f} against "
+                  f"{best[i][ORACLE]:.3f}): it compares the list as one string, so its items are not accepted answers",
+                  "for several accepted answers give ground_truth the first and metadata.aliases a list of the others "
+                  "(examples.md, \"Several accepted answers\"); if the list itself is the answer, ignore this",
+                  plans[i]["where"], {"rows": [plans[j]["where"] for j in lower]})]
 
 
 def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float, wrong: list[str] | None = None) -> dict | None:
@@ -262,7 +294,7 @@ def summary(audit: dict, judge: str, allowed: list[str] | tuple[str, ...] = ()) 
     """What a run records of the audit (training.status and rehearsal.json judge_audit; check_status shows it)."""
     return {"judge": judge, "rows": audit["rows"], "conclusive": audit["conclusive"],
             "oracle_mean": audit["oracle_mean"], "findings": audit["findings"], "warnings": audit["warnings"],
-            "allowed": sorted(set(allowed)), "accepted": audit["allowed"],
+            "allowed": sorted(set(allowed)), "accepted": audit["allowed"], "oracle_form": audit.get("oracle_form"),
             "probes": {e["probe"]: {"mean": e["mean_reward"], "status": e["status"],
                                     "rows_at_oracle": e["rows_at_oracle"]} for e in audit["probes"]},
             "agreement": audit["agreement"]}

@@ -67,7 +67,8 @@ def score_rows(service, plans: list[dict], settings: dict, workers: int) -> list
         plan = plans[i]
 
         def score(response: str, _trajectory: list) -> tuple[float | None, str | None]:
-            out = service.score(plan["prompt"], response, plan["ground_truth"], fresh=True)
+            out = service.score(plan["prompt"], response, plan["ground_truth"], fresh=True,
+                                aliases=plan.get("aliases"))
             return (out["reward"], None) if out["reason"] is None else (None, out["reason"])
 
         return [e for e in judge_audit.run_row(i, plan, settings, score, injection) if e["event"] == "call"]

@@ -344,7 +344,7 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
         data["judge"] = {k: v for k, v in judge.items() if k != "stderr_tail" or debug}
         if judge["outcome"] == "done" and calls:
             audit = judge_findings.analyse(plans, calls, allow_probes, settings)
-            checks += judge_findings.audit_checks(audit, "judge.py")
+            checks += judge_findings.audit_checks(audit, "judge.py") + judge_findings.list_truth(plans, calls)
             data["judge_audit"] = audit["probes"]
             data["judge"]["audit"] = {k: v for k, v in audit.items() if k != "probes"}
         if cfg is not None:

@@ -21,7 +21,7 @@ and the job's audit call JudgeService.score in process. The API key (the variabl
 the environment of start_training.sh) reaches this process through a pipe from the job, with the token
 (handover.py): it is in no argument, no environment, no file and no log line.
 
-    POST /score  {"prompt", "response", "ground_truth", "fresh"}  ->  {"reward", "reason", "cached", "attempts"}
+    POST /score  {"prompt", "response", "ground_truth", "aliases", "fresh"}  ->  {"reward", "reason", "cached", "attempts"}
     GET  /stats  ->  {"requests", "cache_hits", "endpoint_calls", "retries", "errors", "max_in_flight", ...}
     GET  /healthz
 """
@@ -117,11 +117,13 @@ class JudgeService:
         with self._lock:
             self.stats[name] += 1
 
-    def score(self, prompt: str, response: str, ground_truth: Any = None, fresh: bool = False) -> dict:
+    def score(self, prompt: str, response: str, ground_truth: Any = None, fresh: bool = False,
+              aliases: list | None = None) -> dict:
         """{"reward", "reason", "cached", "attempts"}: reason is None for a reward the judge gave, else why it is 0.
         fresh: asked of the endpoint whatever the cache holds (the audit); the answer is kept, and one that differs
-        from the cache's marks the cache's older answers stale (judge_cache.Cache.confirm)."""
-        body = llm_judge.request_body(self.spec, prompt, response, ground_truth)
+        from the cache's marks the cache's older answers stale (judge_cache.Cache.confirm). aliases: the row's other
+        accepted answers (metadata.aliases), listed in the request."""
+        body = llm_judge.request_body(self.spec, prompt, response, ground_truth, aliases)
         key = llm_judge.cache_key(self.spec, body)
         self._count("requests")
         if fresh or not self.caching:
@@ -245,7 +247,9 @@ class JudgeService:
                 except (ValueError, KeyError, TypeError, RecursionError) as exc:
                     self.send_json(400, {"error": f"bad request: {type(exc).__name__}"})
                     return
-                self.send_json(200, service.score(prompt, response, body.get("ground_truth"), body.get("fresh") is True))
+                aliases = body.get("aliases")
+                self.send_json(200, service.score(prompt, response, body.get("ground_truth"), body.get("fresh") is True,
+                                                  aliases if isinstance(aliases, list) else None))
 
         if sock is None:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -96,10 +96,11 @@ class Client:
     def __init__(self, svc: agl.Service, spec: dict):
         self.spec, self.url, self._token = spec, svc.url, svc.extra["token"]
 
-    def score(self, prompt: str, response: str, ground_truth=None, fresh: bool = False) -> dict:
+    def score(self, prompt: str, response: str, ground_truth=None, fresh: bool = False,
+              aliases: list | None = None) -> dict:
         try:
-            return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": ground_truth, "fresh": fresh}, self._token,
+            return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response, "ground_truth": ground_truth,
+                                                       "fresh": fresh, "aliases": aliases}, self._token,
                                  judge_service.agent_wait_s(self.spec))
         except (OSError, ValueError) as exc:
             return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the judge service: {exc}", "cached": False}
@@ -172,6 +173,8 @@ def summary_line(summary: dict) -> str:
         text += f"; warnings: {', '.join(summary['warnings'])}"
     if not (summary["findings"] or summary["accepted"] or summary["warnings"]):
         text += ": none scores near the oracle" if summary["conclusive"] else ": inconclusive (one reward for all)"
+    if summary.get("oracle_form") == "formatted":
+        text += "; the judge reads the ground truth only inside its answer format: a rehearsal's oracle answers so"
     return text
 
 

@@ -2,7 +2,9 @@
 `prompt_token_ids`, `choices[0].token_ids`, and `logprobs.content[].logprob` when logprobs are asked
 for, i.e. in train mode) with the ground truth of the row whose rendered prompt it gets, or, with
 --oracle FILE, plays that row's turns (oracle_turns.py: tool calls, then the answer), one per model call,
-so a tool agent's whole loop runs.
+so a tool agent's whole loop runs. The ground truth goes bare, or inside the answer format the task asks
+for when the run's judge audit found the judge scores that form higher (VERL's gsm8k scorer reads only
+"#### 72"): the oracle answers as the judge reads a right answer.
 
 Test-only control: ARL_REHEARSAL_ORACLE_ANSWERS names a JSON file {row id: answer text}; the oracle
 gives that text for that row's prompt instead of its ground truth (a text longer than max_tokens comes
@@ -127,15 +129,25 @@ def _message_text(message: dict) -> str:
 
 
 def oracle_answers(rows: list[dict], template: str, by_row_id: dict | None = None,
-                   script: dict[str, list[dict]] | None = None) -> dict[str, Any]:
+                   script: dict[str, list[dict]] | None = None, formatted: bool = False,
+                   system: str | None = None) -> dict[str, Any]:
     """Rendered prompt -> what the oracle plays: the row's --oracle turns (script, by row id), else
-    by_row_id's text, else its ground truth. Two rows with one prompt: the first one's answer wins."""
+    by_row_id's text, else its ground truth (the first accepted answer), inside the row's answer format when
+    `formatted` (the run's judge audit found the judge scores that form higher: judge_findings.oracle_form).
+    Two rows with one prompt: the first one's answer wins."""
+    from agentic_rl.checks import judge_audit
+
     answers: dict[str, Any] = {}
     by_row_id, script = by_row_id or {}, script or {}
     for row in rows:
         rid = str(row.get("id"))
-        played = script[rid] if rid in script else str(by_row_id.get(rid, task.response_text(row.get("ground_truth"))))
-        answers.setdefault(task.render_template(template, row), played)
+        prompt = task.render_template(template, row)
+        truth = task.response_text(row.get("ground_truth"))
+        fmt = judge_audit.row_format(template, system, prompt) if formatted else None
+        if fmt:
+            truth = fmt[0] + truth + fmt[1]
+        played = script[rid] if rid in script else str(by_row_id.get(rid, truth))
+        answers.setdefault(prompt, played)
     return answers
 
 

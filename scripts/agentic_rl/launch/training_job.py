@@ -416,7 +416,10 @@ class Run:
         if not endpoint:
             template = (self.input_dir / "task.goal").read_text(encoding="utf-8")
             script = oracle_turns.load(self.args.oracle) if self.args.oracle else None
-            answers = oracle_server.oracle_answers(test_rows + sample, template, oracle_server.oracle_overrides(), script)
+            formatted = (self.judge_audit or {}).get("oracle_form") == "formatted"
+            system = task.load_agent_config(self.input_dir).get("system_prompt") if formatted else None
+            answers = oracle_server.oracle_answers(test_rows + sample, template, oracle_server.oracle_overrides(), script,
+                                                   formatted, system if isinstance(system, str) else None)
             self.oracle = oracle_server.OracleServer(answers, oracle_server.oracle_delay()).start()
             endpoint = self.oracle.url
         planned = rehearsal.cost(len(test_rows), len(sample), int(cfg.actor_rollout_ref.rollout.n),

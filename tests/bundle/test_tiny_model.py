@@ -149,3 +149,23 @@ def test_every_turn_renders_the_same_in_every_later_prompt(hf_tokenizer, tools):
             c["function"]["arguments"])}} for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages[:nxt]]
         assert hf_tokenizer.apply_chat_template(as_dicts, tools=tools, add_generation_prompt=True, tokenize=True,
                                                 return_dict=False) == later
+
+
+@pytest.mark.parametrize("content", [None, "", "Let me compute that.\n", "no newline"])
+def test_hermes_reads_back_the_calls_the_template_renders(hf_tokenizer, content):
+    """A turn as the model would write it after the generation prompt (the template's rendering up to <|im_end|>),
+    read by vLLM's hermes parser (agentic_rl/tool_calls.py): the same calls, the same content."""
+    from agentic_rl import tool_calls
+
+    messages = conversation()[:2]
+    calls = [{"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": json.dumps(
+        {"expression": "347 * 24", "note": "ünï \"q\" {x}"}, ensure_ascii=False)}},
+             {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]
+    before = hf_tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    after = hf_tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": content, "tool_calls": calls}],
+                                             tools=TOOLS, tokenize=False)
+    written = after[len(before):after.index("<|im_end|>", len(before))]
+    parsed = tool_calls.parse("hermes", written)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in parsed.tool_calls] == \
+        [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+    assert parsed.content == (content or None)

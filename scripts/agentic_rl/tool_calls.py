@@ -5,15 +5,17 @@ reads the assistant's tool calls out of the generated text with the parser named
 what the parser returns. The bundle needs that answer where vLLM is not installed: the CPU rollout server
 (edge/cpu/rollout_server.py) answers as vLLM would, validate_data checks that the model's chat template and
 the configured parser agree (checks/template_checks.py), and the vLLM parity harness holds these parsers to
-vLLM's own. Each mirrors vLLM's non-streaming `extract_tool_calls` (vllm/tool_parsers/, read for this module):
+vLLM's own. Each mirrors vLLM's non-streaming `extract_tool_calls` (vllm/tool_parsers/; hermes and llama3_json as vLLM 0.32 has them, the
+release `make vllm-parity` installs; mistral's Hugging Face tokenizer path as vLLM had it before its 0.3x parser
+engine):
 
 - hermes (Qwen2.5, Hermes): every `<tool_call>JSON</tool_call>` (or an unclosed `<tool_call>JSON` at the end)
   is json.loads'ed into {"name", "arguments"}; the content is the text before the first `<tool_call>`, kept as
   it is (None when empty); arguments are returned as `json.dumps(arguments, ensure_ascii=False)`. Any failure
   (bad JSON, a missing key): no tool call, the whole text as content.
-- llama3_json / llama4_json: the JSON objects from the first `{` on (brace counting that skips strings,
-  separated by whitespace or `;`), each {"name", "arguments" or "parameters"}; content None once a call
-  is read; any failure: the whole text as content.
+- llama3_json / llama4_json: a JSON object read (raw_decode) at every `{` outside the objects read before it,
+  each {"name", "arguments" or "parameters"}, whatever text lies around and between them; content None once a
+  call is read; one `{` that does not start such an object: no tool call, the whole text as content.
 - mistral (a Hugging Face tokenizer, the format before Mistral's tokenizer v11): the text after the one
   `[TOOL_CALLS]` is a JSON list of {"name", "arguments"} (else the first `[{...}]` in it); content is the text
   before the token (None when empty); a list that cannot be read leaves that text after the token as content.
@@ -95,54 +97,21 @@ def hermes(text: str) -> Parsed:
     return Parsed(True, calls, content or None)
 
 
-def _json_objects(text: str) -> list[str]:
-    """The Llama parser's scan: balanced {...} objects (braces inside strings skipped) separated by
-    whitespace or semicolons, from the start of text, up to the first thing that is not one."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        while i < n and text[i] in " \t\n\r;":
-            i += 1
-        if i >= n or text[i] != "{":
-            break
-        depth, in_string, escaped, start = 0, False, False, i
-        while i < n:
-            char = text[i]
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = not in_string
-            elif char == "{" and not in_string:
-                depth += 1
-            elif char == "}" and not in_string:
-                depth -= 1
-                if depth == 0:
-                    out.append(text[start:i + 1])
-                    i += 1
-                    break
-            i += 1
-        if depth != 0:
-            break
-    return out
-
-
 def llama3_json(text: str) -> Parsed:
     if not (LLAMA_TAG in text or "{" in text):
         return not_called(text)
-    try:
-        objects = _json_objects(text[text.find("{"):])
-        if not objects:
-            return not_called(text)
-        calls = []
-        for raw in objects:
-            obj = json.loads(raw)
+    decoder, end, calls = json.JSONDecoder(), -1, []
+    for match in re.finditer(r"\{", text):
+        if match.start() <= end:
+            continue  # inside the object read last
+        try:
+            obj, length = decoder.raw_decode(text[match.start():])
+            end = match.start() + length
             args = obj["arguments"] if "arguments" in obj else obj["parameters"]
             calls.append(_call(obj["name"], json.dumps(args, ensure_ascii=False), vllm_call_id()))
-    except Exception:  # noqa: BLE001 - vLLM's own: any failure leaves the text as it is
-        return not_called(text)
-    return Parsed(True, calls, None)
+        except Exception:  # noqa: BLE001 - vLLM's own: one object that is not a call leaves the text as it is
+            return not_called(text)
+    return Parsed(True, calls, None) if calls else not_called(text)
 
 
 def mistral(text: str) -> Parsed:

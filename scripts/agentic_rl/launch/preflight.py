@@ -309,3 +309,19 @@ def check_model_folder(input_dir: Path) -> None:
                     f"python scripts/check_model.py --model {shlex.quote(name)} lists what is missing; fetch or build "
                     "it again (a folder left by an interrupted download or build is never reused), or pick another "
                     "model", EXIT_FAIL)
+
+
+def check_template_parser(input_dir: Path, cfg: dict, overrides: list[str]) -> None:
+    """A training start of a task whose agent calls tools: the model's chat template and the configured tool parser
+    must agree (checks/template_checks.start_problem: a call the template writes is read back by the parser), or
+    exit 1 naming both and the parser that would fit, before any process and any GPU."""
+    from agentic_rl.checks import agent_rules, template_checks
+
+    agent = task.load_agent_config(input_dir)
+    parser = setting(cfg, overrides, agent_rules.PARSER_KEY)
+    if not parser or not setting(cfg, overrides, agent_rules.AUTO_TOOL_KEY) or not agent_rules.multi_call(input_dir, agent):
+        return  # not parsing tool calls: the job's check_tool_parsing and validate_data say so
+    found = template_checks.start_problem(agent["model_name"], str(parser))
+    if found is not None:
+        raise UserError(found.message, f"{found.hint}; python scripts/validate_data.py {shlex.quote(str(input_dir))} "
+                        "checks the rest of the template", EXIT_FAIL)

@@ -38,6 +38,8 @@ PROMPT_ROWS = 32  # rows rendered: the first ones and as many of the longest (by
 TRAJECTORIES = 32  # oracle rows simulated
 TOOL_RESULT = "result"  # the stand-in for a tool's output (tools are not run here)
 CALL_ID = "call00001"  # nine letters and digits: Mistral's templates refuse any other id
+PROBE_TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
 
 
 def probe_calls(schemas: list[dict]) -> list[dict]:
@@ -238,7 +240,8 @@ def checks(input_dir: Path, cfg: dict, agent: dict, template: str | None, schema
     try:
         out = _prompt_checks(renderer, base, agent, template, rows, tools, keys[0], max_prompt, data)
         parser = config_values.effective(cfg, agent_rules.PARSER_KEY) if why else None
-        found, read = _parser_checks(renderer, base, tools, parser, script, data) if (why and tools) else ([], None)
+        # an agent of its own may offer tools validate_data cannot see: a stand-in tool is called then
+        found, read = _parser_checks(renderer, base, tools or [PROBE_TOOL], parser, script, data) if why else ([], None)
         out += found + _end_checks(renderer, base, tools)
         if script:
             out += _trajectory_checks(renderer, agent, template, rows, tools, script, read, keys, max_prompt,
@@ -371,10 +374,6 @@ def _trajectory_checks(renderer: Renderer, agent: dict, template: str, rows: lis
                          f"{max(r['assistant_tokens'] for _, r in results)} tokens at most and nothing else",
                          where=keys[1]))
     return out
-
-
-PROBE_TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.", "parameters": {
-    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
 
 
 def start_problem(model_name: str, parser: str) -> Check | None:

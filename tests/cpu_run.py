@@ -16,8 +16,9 @@ asks for it; `verl_venv` skips where .venv-verl is missing):
 cpu_run.run("--resume", "--cpu-steps", "13") continues the same folder (after the tests that need the
 first run's state: a module orders them). new_run(steps, make=...) runs a task of the caller's (the
 tool agent's, the cluster's): make_task is assets/example cut to 4 train / 2 test rows with the
-first tiny Qwen2 (22.75K parameters, used byte for byte) and a graded judge (the share of digits),
-at 2 rows x 2 rollouts a step.
+tiny Qwen2 (tools/make_tiny_model.py: 214K parameters, a byte-level BPE tokenizer and a chat template
+in Qwen2.5's shape; used byte for byte) and a graded judge (the share of digits), at 2 rows x 2
+rollouts a step.
 """
 
 from __future__ import annotations

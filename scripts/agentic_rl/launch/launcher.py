@@ -214,6 +214,9 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
         preflight.refuse_fresh_start(output_dir, input_dir, cfg, overrides)
     preflight.check_judge(input_dir, output_dir)
     preflight.check_tool_clash(input_dir)
+    if not args.rehearse:
+        preflight.check_model_folder(input_dir)
+        preflight.check_template_parser(input_dir, cfg, overrides)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None

@@ -3,7 +3,8 @@ O/training.lock and a live run (or its orphans) in O, an output folder holding a
 start over checkpoints, --resume with nothing to resume (a CPU run's checkpoint resumes on CPU), the GPUs
 (free ones picked by gpu_select, --gpus that exist), the driver against the installed torch's CUDA build, a
 joined Ray cluster's placement, an LLM judge's judge.json (its fields, its key's variable, an endpoint that
-answers, its cache), and a tool name published twice (MCP servers, tools.py).
+answers, its cache), a tool name published twice (MCP servers, tools.py), a model folder that check_model calls
+incomplete, and a chat template and tool parser that do not agree.
 """
 
 from __future__ import annotations
@@ -340,3 +341,41 @@ def check_judge(input_dir: Path, output_dir: Path | None = None) -> None:
     bad = judge_llm.cache_problem(output_dir / run_dir.JUDGE_CACHE_FILE) if output_dir and spec["cache"] else None
     if bad is not None:
         raise UserError(f"{bad.where}: {bad.message}", bad.hint, EXIT_FAIL)
+
+
+def check_model_folder(input_dir: Path) -> None:
+    """A training start (GPU or --cpu-steps) refuses agent.json's model when its folder is here but check_model
+    calls it incomplete (a half-written download, a build cut short): exit 1 naming what is missing, before any
+    process starts, instead of a run that fails minutes later in the trainer or the rollouts. A model not found
+    here is the job's to refuse (exit 3); a rehearsal loads no model at all."""
+    from agentic_rl.checks import model_files
+
+    name = task.load_agent_config(input_dir)["model_name"]
+    path = model_files.resolve_model(name)
+    if path is None:
+        return
+    info = model_files.inspect_model(path)
+    if info["complete"]:
+        return
+    problems = info["problems"]
+    shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+    raise UserError(f"model {path} (agent.json model_name {name!r}) is incomplete: {shown}",
+                    f"python scripts/check_model.py --model {shlex.quote(name)} lists what is missing; fetch or build "
+                    "it again (a folder left by an interrupted download or build is never reused), or pick another "
+                    "model", EXIT_FAIL)
+
+
+def check_template_parser(input_dir: Path, cfg: dict, overrides: list[str]) -> None:
+    """A training start of a task whose agent calls tools: the model's chat template and the configured tool parser
+    must agree (checks/template_checks.start_problem: a call the template writes is read back by the parser), or
+    exit 1 naming both and the parser that would fit, before any process and any GPU."""
+    from agentic_rl.checks import agent_rules, template_checks
+
+    agent = task.load_agent_config(input_dir)
+    parser = setting(cfg, overrides, agent_rules.PARSER_KEY)
+    if not parser or not setting(cfg, overrides, agent_rules.AUTO_TOOL_KEY) or not agent_rules.multi_call(input_dir, agent):
+        return  # not parsing tool calls: the job's check_tool_parsing and validate_data say so
+    found = template_checks.start_problem(agent["model_name"], str(parser))
+    if found is not None:
+        raise UserError(found.message, f"{found.hint}; python scripts/validate_data.py {shlex.quote(str(input_dir))} "
+                        "checks the rest of the template", EXIT_FAIL)

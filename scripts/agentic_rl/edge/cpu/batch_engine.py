@@ -100,7 +100,7 @@ def forward_names(model) -> tuple[str, dict]:
 def generate_batch(model, prompts: list[list[int]], params: list[dict], eos_ids: set[int], pad_id: int,
                    processed: bool) -> list[tuple[list[int], list[float], str]]:
     """Every prompt decoded together: [(token ids, logprobs, finish reason)] in prompt order. params[i]
-    holds max_tokens, temperature, top_k, top_p and seed of row i."""
+    holds max_tokens, temperature, top_k, top_p, seed and (optional) ignore_eos of row i."""
     import torch
 
     rows, width = len(prompts), max(len(p) for p in prompts)
@@ -132,7 +132,7 @@ def generate_batch(model, prompts: list[list[int]], params: list[dict], eos_ids:
             ids[i].append(token)
             logps[i].append(logp)
             fed.append(token)
-            if token in eos_ids:
+            if token in eos_ids and not p.get("ignore_eos"):
                 finish[i], live[i] = "stop", False
             elif len(ids[i]) >= p["max_tokens"]:
                 live[i] = False

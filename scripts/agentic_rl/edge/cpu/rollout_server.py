@@ -194,7 +194,8 @@ class CpuLLMServer:
         return {"max_tokens": room,
                 "temperature": 1.0 if temperature is None else float(temperature),
                 "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
-                "seed": int(seed) if seed is not None else self.request_seed(prompt_ids)}
+                "seed": int(seed) if seed is not None else self.request_seed(prompt_ids),
+                "ignore_eos": bool(body.get("ignore_eos"))}  # vLLM's: run to max_tokens (benchmarks)
 
     async def complete(self, body: dict, chat: bool) -> dict:
         if body.get("stream"):

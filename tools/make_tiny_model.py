@@ -4,13 +4,17 @@
 Usage: python tools/make_tiny_model.py DEST [--shards N] [--no-tokenizer] [--max-position-embeddings N]
                                           [--shape tiny|selftest]
 
-It is a real Qwen2 folder (qkv biases, a ChatML chat template) with random weights: enough for every
-check of check_model.py, the rehearsal, and real CPU training steps (start_training.sh --cpu-steps).
+It is a real Qwen2 folder (qkv biases) with random weights and a tokenizer that can spell anything: a
+byte-level BPE of 1024 tokens trained here, deterministically, with Qwen2.5's special tokens and a chat
+template in Qwen2.5's shape (tools, <tool_call> JSON blocks, <tool_response> blocks: tools/tiny_tokenizer.py).
+Enough for every check of check_model.py, the rehearsal, real CPU training steps (start_training.sh
+--cpu-steps) with tool calls the hermes parser reads, and vLLM (every shape's head size is 32 or more).
 Its context (max_position_embeddings, default 2048) fits a config of 512 prompt + 512 response
-tokens with room to spare, so check_model.py --config passes for the usual configs.
+tokens with room to spare, so check_model.py --config passes for the usual configs. The same command
+writes the same bytes.
 
     $ python tools/make_tiny_model.py build/demo/models/tiny-qwen2
-    {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 74240, "shards": 1}
+    {"dest": "build/demo/models/tiny-qwen2", "num_parameters": 213696, "shards": 1}
 
 Like the CLIs in scripts/, run by any `python` it reruns under the bundle's .venv (which has numpy,
 safetensors and tokenizers), or exits 3 with `make install` in the hint; so its lines up to that call
@@ -29,30 +33,19 @@ if __name__ == "__main__":
 
     bootstrap.ensure(modules=("numpy", "safetensors", "tokenizers"))  # the test extra's, in .venv by make install
 
-VOCAB = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"] + [str(d) for d in range(10)] + list("+-*/()=: ") + [
-    "Answer", "Compute", "the", "value", "of", "this", "expression"]
-HIDDEN, LAYERS, INTER, HEADS = 32, 2, 64, 4
-# The learning self-test's model (assets/selftest): one head of 64, a head size every attention kernel
-# a GPU run may pick has (vLLM's and flash-attn's; today's 4 heads of 8 are a CPU-only shape).
-SHAPES = {"tiny": {"hidden": HIDDEN, "inter": INTER, "heads": HEADS},
+import tiny_tokenizer  # noqa: E402 - beside this file (tools/ is on sys.path when run or imported by the tests)
+
+VOCAB_SIZE = tiny_tokenizer.VOCAB_SIZE
+CHAT_TEMPLATE = tiny_tokenizer.CHAT_TEMPLATE
+LAYERS = 2
+# Every shape's head size is at least 32: the real vLLM's CPU attention takes head sizes 32-512 (and a GPU's
+# kernels, vLLM's and flash-attn's, all have 32 and 64), so each can be served by vLLM as well as by the
+# bundle's CPU rollout server. tiny: the tests' model, 2 heads of 32, unit-normal weights; selftest: the
+# learning self-test's (assets/selftest), one head of 64, initialised as a trainable model is.
+SHAPES = {"tiny": {"hidden": 64, "inter": 128, "heads": 2},
           "selftest": {"hidden": 64, "inter": 128, "heads": 1, "scaled": True}}
+HIDDEN, INTER, HEADS = SHAPES["tiny"]["hidden"], SHAPES["tiny"]["inter"], SHAPES["tiny"]["heads"]
 DEFAULT_POSITIONS = 2048  # 512 prompt + 512 response tokens fit twice
-# ChatML, as Qwen2.5's, with its tool format: the tools in the system turn, an assistant's tool calls as
-# <tool_call>{json}</tool_call>, tool results as a user turn in <tool_response>. The CPU rollout server
-# (like vLLM) serves chat only with a template; Agent Lightning merges a rollout's turns into one
-# trajectory only when each prompt starts with the previous prompt and response, so a turn renders
-# the same in every later prompt (arguments as the agent sends them back: a JSON string).
-CHAT_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n{% if messages and messages[0]['role'] == 'system' %}"
-    "{{ messages[0]['content'] }}\n{% endif %}<tools>{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}"
-    "{{ '\\n' }}</tools><|im_end|>\n{% endif %}"
-    "{% for m in messages %}{% if m['role'] == 'system' and tools and loop.first %}"
-    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['content'] is string else '' }}"
-    "{% for c in m['tool_calls'] or [] %}{% set f = c['function'] %}<tool_call>\n{\"name\": \"{{ f['name'] }}\", "
-    "\"arguments\": {{ f['arguments'] if f['arguments'] is string else f['arguments'] | tojson }}}\n</tool_call>"
-    "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def tensors(hidden: int = HIDDEN, inter: int = INTER, scaled: bool = False) -> dict:
@@ -61,7 +54,7 @@ def tensors(hidden: int = HIDDEN, inter: int = INTER, scaled: bool = False) -> d
     normals, whose logits are so large that a random policy repeats itself."""
     import numpy as np
 
-    v, h, m = len(VOCAB), hidden, inter
+    v, h, m = VOCAB_SIZE, hidden, inter
     out = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
@@ -94,7 +87,7 @@ def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_pos
     size = SHAPES[shape]
     config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": size["hidden"],
               "intermediate_size": size["inter"], "num_hidden_layers": LAYERS, "num_attention_heads": size["heads"],
-              "num_key_value_heads": size["heads"], "vocab_size": len(VOCAB), "max_position_embeddings": max_position_embeddings,
+              "num_key_value_heads": size["heads"], "vocab_size": VOCAB_SIZE, "max_position_embeddings": max_position_embeddings,
               "torch_dtype": "float16", "tie_word_embeddings": False}
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     weights = tensors(size["hidden"], size["inter"], size.get("scaled", False))
@@ -112,15 +105,7 @@ def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_pos
             files.append(fname)
         (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     if tokenizer:
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
-        tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.Whitespace()
-        tok.add_special_tokens(VOCAB[:4])  # matched whole, before the whitespace split
-        tok.save(str(dest / "tokenizer.json"))
-        (dest / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "unk_token": "<unk>",
-             "eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE}))
+        tiny_tokenizer.save(dest)
     return {"dest": str(dest), "num_parameters": sum(int(w.size) for w in weights.values()), "shards": len(files),
             "files": files, "tensors": {n: list(weights[n].shape) for n in names}}
 
@@ -133,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-position-embeddings", type=int, default=DEFAULT_POSITIONS, metavar="N",
                         help=f"the context length config.json declares (default {DEFAULT_POSITIONS})")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
-                        help="tiny: 4 heads of 8 (the tests' model); selftest: 1 head of 64 (assets/selftest, GPU-ready)")
+                        help="tiny: 2 heads of 32 (the tests' model); selftest: 1 head of 64, a trainable "
+                             "initialisation (assets/selftest)")
     args = parser.parse_args(argv)
     out = make_tiny_model(Path(args.dest), args.shards, not args.no_tokenizer, args.max_position_embeddings,
                           args.shape)

@@ -23,7 +23,7 @@ import sys
 
 # pyproject.toml's [project] dependencies, by import name.
 REQUIRED_MODULES = ("psutil", "pynvml", "jsonschema", "tabulate", "orjson", "agentlightning", "huggingface_hub", "mcp",
-                    "numpy")
+                    "numpy", "transformers")
 MIN_PYTHON = (3, 12)  # requires-python: agentlightning 1.0 needs 3.12
 GUARD_ENV = "ARL_BOOTSTRAPPED"  # set for the re-executed process: a .venv that lacks packages too ends in exit 3
 EXIT_ENV = 3

@@ -43,7 +43,7 @@ with torch.no_grad():  # token by token, as sampling sees them
                 for i, t in enumerate(first.ids)]
 topk = forced_turns.forced_logprobs(model, prompt, first.ids, {**params, "top_k": 1}, True)
 cut = forced_turns.play(answers, tok, {"messages": messages[:2], "tools": tools}, 3)
-out.update(first=first.message, first_finish=first.finish, ids=first.ids, tokens=tok.convert_ids_to_tokens(first.ids),
+out.update(first=first.message, first_finish=first.finish, ids=first.ids, text=tok.decode(first.ids, skip_special_tokens=False),
            extends=nxt[:len(prompt) + len(first.ids)] == prompt + first.ids, second=second.message,
            second_finish=second.finish, second_ids=second.ids, eos=tok.eos_token_id, logps=logps,
            stepwise=stepwise, topk=topk, cut=[cut.finish, cut.message, len(cut.ids)])
@@ -64,7 +64,8 @@ def test_a_forced_turn_is_the_templates_rendering_with_the_models_own_logprobs(v
     assert out["first_finish"] == "tool_calls" and out["first"]["content"] is None
     assert call["function"] == {"name": "calculator", "arguments": '{"expression": "8 * 9"}'}
     assert out["ids"][-1] == out["eos"] and out["ids"].count(out["eos"]) == 1
-    assert {"8", "*", "9"} <= set(out["tokens"])  # the call's own text, in the template's format
+    # the call's own text, in the template's format
+    assert out["text"] == '<tool_call>\n{"name": "calculator", "arguments": {"expression": "8 * 9"}}\n</tool_call><|im_end|>'
     assert out["extends"]  # the next prompt starts with prompt + forced turn: the turns merge
     assert out["second"] == {"role": "assistant", "content": "Answer: 73"} and out["second_finish"] == "stop"
     assert out["second_ids"][-1] == out["eos"]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+from agentic_rl.checks import model_files
 from agentic_rl.launch import selftest
 from conftest import ROOT, assert_strict_json, run_script
 
@@ -75,6 +77,47 @@ def test_its_own_model_is_built_once_in_the_first_models_root(tmp_path, monkeypa
     dest = roots[0] / selftest.SELFTEST_MODEL
     assert built == {"model": str(dest), "built": True}
     config = json.loads((dest / "config.json").read_text())
-    # one head of 64: a size every GPU attention kernel has (vLLM, flash-attn), not the tests' 4 heads of 8
+    # one head of 64: a size every GPU attention kernel has (vLLM, flash-attn)
     assert config["hidden_size"] // config["num_attention_heads"] == 64
-    assert selftest.ensure_model(ROOT / "assets" / "selftest") == {"model": str(dest.resolve()), "built": False}
+    mtime = (dest / "model.safetensors").stat().st_mtime_ns
+    assert selftest.ensure_model(ROOT / "assets" / "selftest") == {"model": str(dest), "built": False}
+    assert (dest / "model.safetensors").stat().st_mtime_ns == mtime  # the same build: kept as it was
+    assert sorted(p.name for p in roots[0].iterdir()) == [selftest.SELFTEST_MODEL]  # no build folder left
+
+
+def test_an_interrupted_build_leaves_no_model_folder_for_a_later_run(tmp_path, monkeypatch):
+    """Issue 41 item 13: a self-test cut short while its model was being written left a half-built folder,
+    which every later self-test used (and failed on, minutes later, blaming the rollouts)."""
+    import subprocess
+
+    models = tmp_path / "models"
+    dest = models / selftest.SELFTEST_MODEL
+
+    def cut_short(argv, **kwargs):  # make_tiny_model.py DEST ...: config.json written, then Ctrl-C
+        Path(argv[2]).mkdir(parents=True, exist_ok=True)
+        (Path(argv[2]) / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"]}')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "run", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        selftest.ensure_model(ROOT / "assets" / "selftest")
+    assert not dest.exists() and (not models.exists() or not any(models.iterdir()))
+    monkeypatch.undo()
+    monkeypatch.setenv("EVO_MODELS_DIR", str(models))
+    assert selftest.ensure_model(ROOT / "assets" / "selftest") == {"model": str(dest), "built": True}
+    assert model_files.inspect_model(dest)["complete"]
+
+
+def test_a_half_built_or_stale_model_folder_is_built_again(tmp_path):
+    """One left by an older bundle's interrupted build (no weights), or by an older make_tiny_model (another
+    tokenizer): replaced by today's build, atomically."""
+    dest = tmp_path / "models" / selftest.SELFTEST_MODEL
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"]}')
+    assert not model_files.inspect_model(dest)["complete"]
+    assert selftest.ensure_model(ROOT / "assets" / "selftest") == {"model": str(dest), "built": True}
+    assert model_files.inspect_model(dest)["complete"]
+    (dest / "tokenizer.json").write_text((dest / "tokenizer.json").read_text().replace("<tool_call>", "<tool_kall>"))
+    assert selftest.ensure_model(ROOT / "assets" / "selftest")["built"] is True
+    assert "<tool_kall>" not in (dest / "tokenizer.json").read_text()
+    assert sorted(p.name for p in dest.parent.iterdir()) == [selftest.SELFTEST_MODEL]

@@ -109,6 +109,27 @@ def test_usage_and_environment_errors(tmp_path, example_task):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.parametrize("mode", [["--cpu-steps", "2"], ["--gpus", "0"]])
+def test_a_model_folder_check_model_calls_incomplete_is_refused_before_anything_starts(example_task, tmp_path, mode):
+    """Issue 41 item 13: a half-built model folder (an interrupted download or build) was accepted by --cpu-steps and
+    the run failed minutes later in its rollouts. Now: exit 1 naming what is missing, nothing started or written."""
+    model = tmp_path / "models" / "half"
+    make_tiny_model(model)
+    (model / "model.safetensors").unlink()
+    agent = json.loads((example_task / "agent.json").read_text())
+    (example_task / "agent.json").write_text(json.dumps({**agent, "model_name": "half"}))
+    out = tmp_path / "out"
+    # no trainer either: a start that got past the model would stop at exit 3 instead
+    proc = run_script("start_training.sh", "--input-dir", str(example_task), "--output-dir", str(out), *mode,
+                      env={"ARL_TRAIN_PYTHON": str(tmp_path / "no-python")})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    error, hint = proc.stderr.strip().splitlines()[-2:]
+    assert error == f"Error: model {model} (agent.json model_name 'half') is incomplete: no weights (model.safetensors, " \
+                    "a sharded index, or pytorch_model.bin)"
+    assert hint.startswith("Hint: python scripts/check_model.py --model half lists what is missing")
+    assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
+
+
 def test_the_task_folder_or_a_link_to_it_is_no_output_folder(example_task, tmp_path, capsys, monkeypatch):
     before = sorted(p.name for p in example_task.iterdir())
     link = tmp_path / "link"

@@ -28,7 +28,7 @@ import pytest
 from agentic_rl.edge import procs
 from agentic_rl.runs import run_dir
 from conftest import ROOT, copy_example, fake_nvml_env, run_script
-from make_tiny_model import VOCAB, make_tiny_model
+from make_tiny_model import VOCAB_SIZE, make_tiny_model
 
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_train_path_up_to_the_gpu_fresh_stop_resume_and_nothing_left(verl_venv, 
     assert rec["train_dataloader_len"] == 3 and rec["val_dataloader_len"] == 1
     assert rec["total_training_steps"] == st["total_training_steps"] == data["progress"]["total"]
     assert rec["tokenizer_name_or_path"] == str(tmp_path / "models" / "tiny") == rec["model_path"]
-    assert rec["tokenizer_vocab"] == len(VOCAB)
+    assert rec["tokenizer_vocab"] == VOCAB_SIZE
     assert rec["resume_mode"] == "disable" and rec["start_step"] == 0
     # One collated batch through DataProto/_get_gen_batch: the row the bundled agent reads (ARL_ROW <-
     # input.arl_row), and the rollout index is that row's position in train.jsonl.

@@ -150,6 +150,8 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
         preflight.check_resume(output_dir, cfg, overrides, source,
                                int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
     preflight.check_judge(input_dir)
+    if not args.rehearse:
+        preflight.check_model_folder(input_dir)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None

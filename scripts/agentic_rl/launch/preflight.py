@@ -2,7 +2,7 @@
 O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
 --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
 against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
-(its fields, its key's variable, an endpoint that answers).
+(its fields, its key's variable, an endpoint that answers), and a model folder that check_model calls incomplete.
 """
 
 from __future__ import annotations
@@ -287,3 +287,25 @@ def check_judge(input_dir: Path) -> None:
         raise UserError(f"{input_dir / llm_judge.SPEC_FILE}:base_url: the judge endpoint {spec['base_url']} does not "
                         f"answer: {why}", "start the judge's server, or fix base_url in judge.json; then "
                         "validate_data.py audits it", EXIT_ENV)
+
+
+def check_model_folder(input_dir: Path) -> None:
+    """A training start (GPU or --cpu-steps) refuses agent.json's model when its folder is here but check_model
+    calls it incomplete (a half-written download, a build cut short): exit 1 naming what is missing, before any
+    process starts, instead of a run that fails minutes later in the trainer or the rollouts. A model not found
+    here is the job's to refuse (exit 3); a rehearsal loads no model at all."""
+    from agentic_rl.checks import model_files
+
+    name = task.load_agent_config(input_dir)["model_name"]
+    path = model_files.resolve_model(name)
+    if path is None:
+        return
+    info = model_files.inspect_model(path)
+    if info["complete"]:
+        return
+    problems = info["problems"]
+    shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+    raise UserError(f"model {path} (agent.json model_name {name!r}) is incomplete: {shown}",
+                    f"python scripts/check_model.py --model {shlex.quote(name)} lists what is missing; fetch or build "
+                    "it again (a folder left by an interrupted download or build is never reused), or pick another "
+                    "model", EXIT_FAIL)

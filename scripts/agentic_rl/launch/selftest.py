@@ -9,14 +9,17 @@ with N the folder's own config.json `trainer.total_training_steps` (on a GPU nod
 of --cpu-steps: VERL with vLLM, the run a real task gets), waits for the run to end, and reads the
 verdict from its metrics (runs/learning_curve.py). Any task folder with such a reward is checked the
 same way: a copy of assets/selftest whose judge.py pays for another character class included. The
-folder's model `arl-selftest-tiny` is built on first use (tools/make_tiny_model.py --shape selftest) in
-the first model root ($EVO_MODELS_DIR, else ~/models); a model of that name already there is used.
+folder's model `arl-selftest-tiny` is built by tools/make_tiny_model.py --shape selftest in the first model
+root ($EVO_MODELS_DIR, else ~/models), atomically (build_model), and kept while it is what the tool builds.
 """
 
 from __future__ import annotations
 
+import filecmp
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,25 +47,61 @@ def steps_of(input_dir: Path) -> int:
 
 
 def ensure_model(input_dir: Path) -> dict:
-    """{"model", "built"}: agent.json's model, built first when it is the self-test's own and missing."""
+    """{"model", "built"}: agent.json's model; the self-test's own (arl-selftest-tiny) is built first when it is
+    missing, incomplete or not what tools/make_tiny_model.py builds today (build_model)."""
     from agentic_rl.checks import model_files
 
     name = task.load_agent_config(input_dir)["model_name"]
     found = model_files.resolve_model(name)
-    if found is not None:
-        return {"model": str(found), "built": False}
-    if name != SELFTEST_MODEL:
+    if name == SELFTEST_MODEL:
+        return build_model(task.models_dirs()[0] / name)
+    if found is None:
         raise UserError(f"model {name} (agent.json) is not on this machine",
                         f"python scripts/check_model.py --model {name} names the folders it searched", EXIT_ENV)
-    dest = task.models_dirs()[0] / name
-    tool = cli.BUNDLE_DIR / "tools" / "make_tiny_model.py"
-    made = subprocess.run([sys.executable, str(tool), str(dest), "--shape", "selftest"], capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=300)
-    if made.returncode != 0:
-        raise UserError(f"could not build the self-test's model in {dest}: {made.stderr.strip()[-300:]}",
-                        "set EVO_MODELS_DIR to a folder you can write, or build it yourself: python "
-                        f"tools/make_tiny_model.py DIR/{name} --shape selftest", EXIT_ENV)
-    return {"model": str(dest), "built": True}
+    return {"model": str(found), "built": False}
+
+
+def build_model(dest: Path) -> dict:
+    """Build the self-test's model atomically: into a folder of its own beside dest, then renamed into place, so
+    a self-test cut short (or running beside another) never leaves a half-built dest behind for a later run to
+    use. The build is deterministic: a dest with the same files is kept as it is (a run may be reading it);
+    one that differs (incomplete, or built by an older bundle) is replaced."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
+    try:
+        tool = cli.BUNDLE_DIR / "tools" / "make_tiny_model.py"
+        made = subprocess.run([sys.executable, str(tool), str(tmp), "--shape", "selftest"], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=300)
+        if made.returncode != 0:
+            raise UserError(f"could not build the self-test's model in {dest}: {made.stderr.strip()[-300:]}",
+                            "set EVO_MODELS_DIR to a folder you can write, or build it yourself: python "
+                            f"tools/make_tiny_model.py DIR/{dest.name} --shape selftest", EXIT_ENV)
+        if same_files(tmp, dest):
+            return {"model": str(dest), "built": False}
+        old = dest.parent / f".{dest.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+        if dest.exists():
+            dest.rename(old)  # stale or half-built: set aside, then removed
+        try:
+            tmp.rename(dest)
+        except OSError:
+            if not same_files(dest, dest):  # another self-test put its own build there first: the same bytes
+                raise
+        shutil.rmtree(old, ignore_errors=True)
+        return {"model": str(dest), "built": True}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def same_files(built: Path, dest: Path) -> bool:
+    """Whether dest holds exactly the files of built, byte for byte (dest == built: whether it is a whole build)."""
+    from agentic_rl.checks import model_files
+
+    if not dest.is_dir() or not model_files.inspect_model(dest)["complete"]:
+        return False
+    names = sorted(p.name for p in built.iterdir())
+    if names != sorted(p.name for p in dest.iterdir()):
+        return False
+    return all(filecmp.cmp(built / n, dest / n, shallow=False) for n in names)
 
 
 def start_command(input_dir: Path, output_dir: Path, steps: int, gpus: str | None, overrides: list[str]) -> list[str]:

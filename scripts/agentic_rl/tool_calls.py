@@ -168,6 +168,40 @@ def skip_special_tokens(parser: str, body: dict) -> bool:
     return bool(asked)
 
 
+def template_messages(messages: list) -> list:
+    """The messages as vLLM hands them to the chat template (its _postprocess_messages): an assistant's tool
+    call arguments as a dict, parsed from the JSON string the OpenAI API sends (not an object, not JSON, or
+    empty: {}), and an empty tool_calls list dropped. The caller's messages are not changed.
+
+    >>> template_messages([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": '{"a": 1}'}}]}])
+    [{'role': 'assistant', 'tool_calls': [{'function': {'name': 'f', 'arguments': {'a': 1}}}]}]
+    """
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) and message.get("role") == "assistant" else None
+        if not isinstance(calls, list):
+            out.append(message)
+            continue
+        message = {k: v for k, v in message.items() if k != "tool_calls"}
+        if calls:
+            message["tool_calls"] = [_template_call(c) for c in calls]
+        out.append(message)
+    return out
+
+
+def _template_call(call: object) -> object:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call  # vLLM answers 400 here; the template sees it as sent
+    args = call["function"].get("arguments")
+    if isinstance(args, str) and args:
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            args = {}
+    args = args if isinstance(args, dict) else {}
+    return {**call, "function": {**call["function"], "arguments": args}}
+
+
 def finish_reason(parsed: Parsed, finish: str | None) -> str:
     """vLLM's: "tool_calls" once the parser read a call, else the generation's own reason (or "stop")."""
     return "tool_calls" if parsed.tools_called else (finish or "stop")

@@ -61,7 +61,7 @@ def test_a_forced_turn_is_the_templates_rendering_with_the_models_own_logprobs(v
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["unknown"] is None  # a row without a line is sampled
     call = out["first"]["tool_calls"][0]
-    assert out["first_finish"] == "tool_calls" and out["first"]["content"] is None
+    assert out["first_finish"] == "stop" and out["first"]["content"] is None  # the server's parser makes it tool_calls
     assert call["function"] == {"name": "calculator", "arguments": '{"expression": "8 * 9"}'}
     assert out["ids"][-1] == out["eos"] and out["ids"].count(out["eos"]) == 1
     # the call's own text, in the template's format
@@ -85,3 +85,76 @@ def test_oracle_goes_with_cpu_steps_or_rehearse_only(tmp_path):
     oracle.write_text('{"id": "a", "turns": []}\n')
     proc = run_script("start_training.sh", "--input-dir", str(tmp_path), "--cpu-steps", "2", "--oracle", str(oracle))
     assert proc.returncode == 1 and f"{oracle}:1: needs turns" in proc.stderr, proc.stderr
+
+
+SERVE = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+from agentic_rl.edge.cpu.rollout_server import CpuLLMServer, RequestError
+
+model, oracle = sys.argv[2], sys.argv[3]
+tools = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object",
+          "properties": {"expression": {"type": "string"}}}}}]
+messages = [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": "Compute 8 * 9 + 1"}]
+out = {}
+
+async def main(server, out):
+    for name, body in (("forced", {"messages": messages, "tools": tools}),
+                       ("forced_no_tools", {"messages": messages}),
+                       ("sampled", {"messages": [{"role": "user", "content": "Hi"}], "tools": tools, "max_tokens": 8,
+                                    "seed": 1})):
+        try:
+            reply = await server.complete(body, True)
+            choice = reply["choices"][0]
+            out[name] = {"message": choice["message"], "finish": choice["finish_reason"], "ids": choice["token_ids"],
+                         "text": server.tokenizer.decode(choice["token_ids"], skip_special_tokens=False)}
+        except RequestError as exc:
+            out[name] = {"refused": str(exc)}
+
+for parser in ("hermes", "mistral", None):
+    server = CpuLLMServer(model, None, 4, "processed_logprobs", host="127.0.0.1", oracle=oracle, tool_parser=parser)
+    asyncio.run(main(server, out.setdefault(str(parser), {})))
+print(json.dumps(out))
+"""
+
+
+def serve(tmp_path) -> dict:
+    """{parser: {request: the answer}} from CpuLLMServer with that parser, the tiny model and a one-row oracle."""
+    from make_tiny_model import make_tiny_model
+
+    make_tiny_model(tmp_path / "tiny")
+    oracle = tmp_path / "answers.json"
+    oracle.write_text(json.dumps({"Compute 8 * 9 + 1": [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "8 * 9"}}]}, {"content": "Answer: 73"}]}))
+    proc = subprocess.run([str(VERL_PY), "-c", SERVE, str(SCRIPTS), str(tmp_path / "tiny"), str(oracle)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_server_answers_a_forced_call_with_what_the_configured_parser_reads(verl_venv, tmp_path):
+    """As vLLM with enable_auto_tool_choice + tool_call_parser: the message comes from parsing the decoded ids."""
+    served = serve(tmp_path)
+    hermes = served["hermes"]
+    forced = hermes["forced"]
+    assert forced["text"] == '<tool_call>\n{"name": "calculator", "arguments": {"expression": "8 * 9"}}\n</tool_call><|im_end|>'
+    assert forced["finish"] == "tool_calls" and forced["message"]["content"] is None
+    (call,) = forced["message"]["tool_calls"]
+    assert call["function"] == {"name": "calculator", "arguments": '{"expression": "8 * 9"}'}
+    assert call["type"] == "function" and call["id"].startswith("chatcmpl-tool-")
+    # without tools in the request vLLM does not parse: the same forced tokens come back as text
+    assert hermes["forced_no_tools"]["message"] == {"role": "assistant", "content": forced["text"][:-len("<|im_end|>")],
+                                                   "tool_calls": []}
+    assert hermes["forced_no_tools"]["finish"] == "stop"
+    sampled = hermes["sampled"]  # a sampled answer goes through the same parser
+    assert sampled["finish"] in ("length", "stop") and sampled["message"]["tool_calls"] == []
+    assert sampled["message"]["content"] == sampled["text"].removesuffix("<|im_end|>")
+    # a parser that does not read the template's format: the forced call reaches the agent as text
+    mistral = served["mistral"]["forced"]
+    assert mistral["finish"] == "stop" and mistral["message"]["tool_calls"] == []
+    assert mistral["message"]["content"] == forced["text"][:-len("<|im_end|>")]
+    # no parser configured: vLLM refuses a request with tools (tool_choice "auto" by default)
+    none = served["None"]
+    assert none["forced"] == {"refused": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                                         'to be set'}
+    assert none["forced_no_tools"]["message"]["content"] == forced["text"][:-len("<|im_end|>")]

@@ -100,8 +100,10 @@ def write_oracle(path: Path) -> dict[str, list[dict]]:
     return script
 
 
-def vocab(model: Path) -> dict[int, str]:
-    return {i: t for t, i in json.loads((model / "tokenizer.json").read_text())["model"]["vocab"].items()}
+def tokenizer(model: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(model / "tokenizer.json"))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def tool_run(verl_venv):
                   env={"PYTHONPATH": path, "ARL_TEST_BATCH_DUMP": str(dump)})
     run.script_turns = script
     run.batches = [json.loads(line) for line in dump.read_text().splitlines()] if dump.exists() else []
-    run.vocab = vocab(run.model)
+    run.tokenizer = tokenizer(run.model)
     run.probe = probe
     yield run
     os.environ.update(saved)
@@ -128,8 +130,8 @@ def tool_run(verl_venv):
 
 
 def text(run, ids: list[int]) -> str:
-    """The tiny tokenizer's tokens joined (its vocabulary: digits, operators, a few words, the specials)."""
-    return "".join(run.vocab.get(i, "?") for i in ids)
+    """The tiny model's tokens decoded (its byte-level BPE spells anything), special tokens kept."""
+    return run.tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def runs_of(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -177,16 +179,23 @@ def test_the_tool_results_are_masked_out_of_the_loss_and_the_forced_turns_are_in
             assert [v for v, _, _ in parts] == [1, 0, 1, 0, 1], parts
             for (_, s, e), turn in zip(parts[0::2], turns, strict=True):
                 assert response[s:e] == turn["response"]  # the forced tokens, in the loss
-                assert turn["response"][-1] == 3  # ... up to the end of the turn (<|im_end|>)
+                assert turn["response"][-1] == tool_run.tokenizer.token_to_id("<|im_end|>")  # ... with the end of the turn
                 assert len(turn["log_probs"]) == len(turn["response"])
                 assert all(math.isfinite(lp) and -9999 < lp < 0 for lp in turn["log_probs"])  # the model's own
             calls = [text(tool_run, response[s:e]) for _, s, e in parts[0::2]]
             observations = [text(tool_run, response[s:e]) for _, s, e in parts[1::2]]
-            for call, obs in zip(calls[:2], observations, strict=True):
-                expression = next(x for x, _ in CALLS if x.replace(" ", "") in call)
-                result = dict(CALLS)[expression]
-                assert result in obs, (call, obs)  # the calculator's result, out of the loss: the tool ran on it
-            assert calls[2].startswith(":") and calls[2].endswith("<|im_end|>")  # "Answer: N"
+            # token for token what the template renders for the oracle's calls (the model's own tokens)
+            expressions = [json.loads(c[len("<tool_call>\n"):c.index("\n</tool_call>")])["arguments"]["expression"]
+                           for c in calls[:2]]
+            first, second = (CALLS[[x for x, _ in CALLS].index(e)] for e in expressions)
+            assert calls[:2] == [f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "{x}"}}}}\n'
+                                 "</tool_call><|im_end|>" for name, (x, _) in zip(("calculator", "calculate"),
+                                                                                 (first, second), strict=True)]
+            for obs, (_, result) in zip(observations, (first, second), strict=True):
+                # the calculator's result, out of the loss: the agent ran the call the parser read
+                assert obs == f"\n<|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n" \
+                              "<|im_start|>assistant\n", obs
+            assert calls[2] == f"Answer: {second[1]}<|im_end|>"
             # each turn's prompt is the previous prompt + response + the tool result: one trajectory
             for prev, nxt in zip(turns, turns[1:], strict=False):
                 assert nxt["prompt"][:len(prev["prompt"]) + len(prev["response"])] == prev["prompt"] + prev["response"]

@@ -9,7 +9,9 @@ the model itself would have produced it:
   tool-call format, e.g. Qwen's <tool_call>{json}</tool_call>), up to and with the end-of-turn
   token: exactly what the next turn's prompt holds, so Agent Lightning merges the turns into one
   trajectory as it would a real model's;
-- the message carries the turn's `tool_calls` as vLLM's tool parser returns them, so the agent runs them;
+- the message the agent gets is what the server's tool parser reads in those tokens (edge/cpu/chat_reply.py),
+  as vLLM's would: the forced call reaches the agent only if the template's format and the configured
+  tool_call_parser agree (Play.message is what the oracle meant, for a check);
 - each logprob is the model's real one for that forced token, from one teacher-forced forward
   pass over prompt + forced tokens, in the sampling's logprob mode (processed: after temperature,
   top-k, top-p; -inf clamped to -9999 as vLLM does).
@@ -25,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentic_rl import oracle_turns
+from agentic_rl import oracle_turns, tool_calls
 from agentic_rl.edge.cpu.batch_engine import processed_logits
 
 CUSTOM_KEY = "cpu_oracle"  # under actor_rollout_ref.rollout.custom: VERL's extension point
@@ -39,7 +41,9 @@ def load(path: str | Path) -> dict[str, list[dict]]:
 
 @dataclass
 class Play:
-    """One oracle turn to force: the message the agent gets and its token ids."""
+    """One oracle turn to force: the message the oracle meant, the generation's finish reason ("stop" at the
+    end-of-turn token, "length" when cut: vLLM's, before its tool parser makes a read call "tool_calls") and
+    its token ids."""
 
     message: dict
     finish: str
@@ -78,14 +82,15 @@ def play(answers: dict, tokenizer, body: dict, room: int) -> Play | None:
     if len(ids) > room:
         ids = ids[:max(0, room)]
         return Play({"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}, "length", ids)
-    return Play(choice["message"], choice["finish_reason"], ids)
+    return Play(choice["message"], "stop", ids)  # ended by the end-of-turn token: the parser decides the rest
 
 
 def turn_ids(tokenizer, messages: list, tools, message: dict) -> list[int]:
     """The assistant turn as the chat template renders it after the generation prompt, up to and with
     the end-of-turn token (what follows it belongs to the next prompt)."""
-    before = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-    after = tokenizer.apply_chat_template([*messages, message], tools=tools, tokenize=False)
+    messages = tool_calls.template_messages([*messages, message])  # as vLLM hands them to the template
+    before = tokenizer.apply_chat_template(messages[:-1], tools=tools, add_generation_prompt=True, tokenize=False)
+    after = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     if not after.startswith(before):
         raise ValueError("the chat template renders the conversation differently once the assistant's turn is "
                          "added: no model's turns could merge into one trajectory with it")

@@ -15,7 +15,9 @@ engine (verl/checkpoint_engine/base.py:469 `CheckpointEngineManager.update_weigh
   it generates at most rollout.response_length tokens, all that a rollout trains on. Requests that
   arrive together are decoded as one batch (edge/cpu/batch_engine.Engine, as vLLM batches), up to
   rollout.max_num_seqs or 8 per core; a weight update waits for the running batch and holds new ones back.
-  With --oracle (edge/cpu/forced_turns.py) a row's oracle turns are forced instead of sampled.
+  With --oracle (edge/cpu/forced_turns.py) a row's oracle turns are forced instead of sampled. A chat
+  answer's message is built from the generated ids as vLLM builds it (edge/cpu/chat_reply.py): with the
+  config's engine_kwargs.vllm tool parser, its tool_calls are what that parser reads in the decoded text.
   A request without a seed gets one derived from the server's seed (as VERL seeds vLLM's engine: the
   replica rank plus rollout.seed, a key VERL 0.8.0's schema lacks, so 0), the weights' version, the
   prompt, and how often that prompt was asked
@@ -40,7 +42,7 @@ import uuid
 from functools import cache
 from typing import Any
 
-from agentic_rl.edge.cpu import forced_turns
+from agentic_rl.edge.cpu import chat_reply, forced_turns
 from agentic_rl.edge.cpu.batch_engine import Engine, Gate
 
 logger = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ class CpuLLMServer:
 
     def __init__(self, model_path: str, max_model_len: int | None, max_num_seqs: int, logprobs_mode: str,
                  response_length: int | None = None, replica_rank: int = 0, host: str | None = None,
-                 oracle: str | None = None, seed: int | None = None):
+                 oracle: str | None = None, seed: int | None = None, tool_parser: str | None = None):
         import ray
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -96,6 +98,7 @@ class CpuLLMServer:
         self._running = 0
         self.host, self.port = host or ray.util.get_node_ip_address(), None
         self.oracle = forced_turns.load(oracle) if oracle else None  # --oracle: rows whose turns are played
+        self.tool_parser = tool_parser  # vLLM's tool_call_parser (with enable_auto_tool_choice), else None
 
     # -- HTTP
 
@@ -161,9 +164,7 @@ class CpuLLMServer:
         if not getattr(tok, "chat_template", None):
             raise RequestError("the tokenizer of this model has no chat template, so /v1/chat/completions "
                                "cannot be served (as vLLM answers)")
-        ids = tok.apply_chat_template(body.get("messages") or [], tools=body.get("tools"),
-                                      add_generation_prompt=True, tokenize=True, return_dict=False)
-        return list(ids)
+        return chat_reply.prompt_ids(tok, body)
 
     def room(self, body: dict, n_prompt: int) -> int:
         """The tokens the answer may take: the request's max_tokens within the model's context."""
@@ -200,6 +201,9 @@ class CpuLLMServer:
     async def complete(self, body: dict, chat: bool) -> dict:
         if body.get("stream"):
             raise RequestError("streaming is not supported by the CPU rollout server")
+        refused = chat_reply.refusal(body, self.tool_parser) if chat else None
+        if refused:
+            raise RequestError(refused)
         prompt_ids = self.prompt_ids(body, chat)
         params = self.sampling(body, prompt_ids)
         played = forced_turns.for_request(self, body, self.room(body, len(prompt_ids))) if chat and self.oracle else None
@@ -215,12 +219,12 @@ class CpuLLMServer:
         self.counts["requests"] += 1
         self.counts["tokens"] += len(ids)
         self.counts["busy_s"] += time.monotonic() - started
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
-        if chat:
-            choice["message"] = played.message if played else {"role": "assistant", "content": text}
+        if chat:  # forced or sampled alike: what the configured tool parser reads in the decoded ids
+            choice["message"], choice["finish_reason"] = chat_reply.chat_choice(self.tokenizer, ids, finish, self.eos_ids,
+                                                                                body, self.tool_parser)
         else:
-            choice["text"] = text
+            choice["text"] = self.tokenizer.decode(ids, skip_special_tokens=True)
         if body.get("logprobs"):
             tokens = self.tokenizer.convert_ids_to_tokens(ids)
             content = [{"token": t, "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(tokens, logps, strict=True)]
@@ -355,10 +359,12 @@ def verl_classes() -> dict[str, type]:
             if node:
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
             path = self.model_config.path if hasattr(self.model_config, "path") else self.model_config["path"]
+            parser = chat_reply.reply_parser((getattr(self.config, "engine_kwargs", None) or {}).get("vllm") or {})
             server = ray.remote(CpuLLMServer).options(**options).remote(
                 path, self.config.max_model_len, self.config.max_num_seqs, self.config.logprobs_mode,
                 self.config.response_length, self.replica_rank,
-                oracle=(self.config.custom or {}).get(forced_turns.CUSTOM_KEY), seed=getattr(self.config, "seed", None))
+                oracle=(self.config.custom or {}).get(forced_turns.CUSTOM_KEY), seed=getattr(self.config, "seed", None),
+                tool_parser=parser)
             host, port = await server.launch_server.remote()
             self.servers = [server]
             self._server_handle = server

@@ -13,6 +13,9 @@ leg generates T tokens a prompt, as generate does). vLLM: the same requests to
 with a note where .venv-vllm is missing (make vllm-venv). The model must have heads of 32 or more for vLLM.
 Each round measures the three one after another, so a machine's load falls on all of them; the figures
 are each leg's median over the rounds. Every leg counts the tokens it generated; prints one JSON object.
+All three run with the same torch threads (--threads, default 1: what the server has in a CPU run, where
+Ray starts its actor with OMP_NUM_THREADS=1; vLLM unbound, VLLM_CPU_OMP_THREADS_BIND=nobind). Two threads
+on a loaded 2-core machine make every leg 10-30x slower at random, which no ratio survives.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -109,14 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of every leg (default 1, as in a CPU run)")
     args = parser.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch loads: every thread of the process, the server's too
     prompts = (PROMPTS * (args.requests // len(PROMPTS) + 1))[: args.requests]
     gen = Generate(args.model_dir)
     gen(prompts[:1], 4)  # warm-up: first-call costs out of every figure
     server, cpu_url = start_cpu_server(args.model_dir, len(prompts))
     over_http(cpu_url, prompts[:2], 4, args.model_dir)
     legs: dict[str, list[dict]] = {"generate": [], "server": [], "vllm": []}
-    out: dict = {"model": args.model_dir, "requests": len(prompts), "max_tokens": args.tokens, "rounds": args.rounds}
+    out: dict = {"model": args.model_dir, "requests": len(prompts), "max_tokens": args.tokens, "rounds": args.rounds,
+                 "threads": args.threads}
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="arl-bench-vllm-") as work:
         vllm_url = None
         if args.no_vllm or not VLLM_PY.exists():
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 srv = stack.enter_context(model_server.serving(
                     "vllm", str(VLLM_PY), args.model_dir, args.model_dir, Path(work) / "vllm.log", timeout_s=900,
                     served_for="bench", env={**model_server.vllm_cache_env(Path(work) / "cache"),
-                                             **model_server.VLLM_CPU_ENV},
+                                             **model_server.VLLM_CPU_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
                     vllm_args=(*model_server.VLLM_CPU_ARGS, "--dtype", "float32",
                                "--max-num-seqs", str(len(prompts)))))
                 vllm_url, out["vllm_ready_s"] = srv.url, srv.ready_s

@@ -96,7 +96,7 @@ def rollout_figures() -> dict:
     return {"server_tokens_per_s": out["server"]["tokens_per_s"], "generate_tokens_per_s": out["generate"]["tokens_per_s"],
             "vllm_tokens_per_s": vllm.get("tokens_per_s"), "server_vs_generate": out["server_vs_generate"],
             "server_vs_vllm": out.get("server_vs_vllm"), "target_ratio": 0.8, "rounds": out["rounds"],
-            "server_max_parallel": out["server"]["max_parallel"],
+            "server_max_parallel": out["server"]["max_parallel"], "threads": out["threads"],
             **({"vllm_note": out["vllm_note"]} if out.get("vllm_note") else {"vllm_ready_s": out.get("vllm_ready_s")})}
 
 

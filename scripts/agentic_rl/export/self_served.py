@@ -29,7 +29,8 @@ SERVER_START_S = 900.0  # vLLM on a cold node compiles for minutes; the CPU serv
 
 
 def vllm_flags(engine_kwargs: dict) -> tuple[str, ...]:
-    """The task's rollout.engine_kwargs.vllm tool-call keys as `vllm serve` flags (how the run serves it)."""
+    """The task's rollout.engine_kwargs.vllm tool-call keys as `vllm serve` flags (how the run serves it), which
+    edge/cpu/serve.py takes too."""
     flags: list[str] = []
     if engine_kwargs.get("enable_auto_tool_choice"):
         flags.append("--enable-auto-tool-choice")
@@ -130,11 +131,11 @@ def serve(kind: str, python: str, model_dir: Path, name: str, log: Path, input_d
     from agentic_rl.edge import model_server
 
     env = {"CUDA_VISIBLE_DEVICES": ""} if kind == "cpu" else {}
-    flags = vllm_flags(task_vllm_kwargs(input_dir)) if kind == "vllm" else ()
+    flags = vllm_flags(task_vllm_kwargs(input_dir))  # the run's tool parser, on either server
     try:
         with model_server.serving(kind, python, str(model_dir), name, log, timeout_s=SERVER_START_S,
                                   served_for=str(log.parent), env={**env, "HF_HUB_OFFLINE": "1"},
-                                  vllm_args=flags) as srv:
+                                  tool_args=flags) as srv:
             yield {"kind": kind, "model": str(model_dir), "url": srv.url, "ready_s": srv.ready_s, "log": str(log),
                    "python": python}
     except model_server.ServerFailed as exc:

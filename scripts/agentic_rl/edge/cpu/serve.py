@@ -2,6 +2,7 @@
 
     python -m agentic_rl.edge.cpu.serve MODEL_DIR [--served-model-name NAME] [--host 127.0.0.1]
                                         [--max-num-seqs N] [--max-model-len N] [--port-file F]
+                                        [--enable-auto-tool-choice --tool-call-parser NAME]
 
 The same CpuLLMServer that CPU training starts as a Ray actor (edge/cpu/rollout_server.py), the same
 engine and the same answers, on the loopback address by default. Once it listens it prints one JSON line
@@ -32,16 +33,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=int, default=None, help="prompt + answer tokens (default: the model's)")
     parser.add_argument("--logprobs-mode", default="processed_logprobs", choices=("processed_logprobs", "raw_logprobs"),
                         help="VERL's rollout.logprobs_mode (default processed_logprobs, as VERL's)")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        help="as vLLM's: with --tool-call-parser, read tool calls out of chat answers")
+    parser.add_argument("--tool-call-parser", help="as vLLM's (agentic_rl/tool_calls.py has hermes, llama3_json, ...)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port-file", help="also write the JSON line here once listening")
     return parser
 
 
 async def serve(args: argparse.Namespace) -> None:
+    from agentic_rl.edge.cpu import chat_reply
     from agentic_rl.edge.cpu.rollout_server import CpuLLMServer
 
+    parser = chat_reply.reply_parser({"enable_auto_tool_choice": args.enable_auto_tool_choice,
+                                      "tool_call_parser": args.tool_call_parser})
     server = CpuLLMServer(args.model_dir, args.max_model_len, args.max_num_seqs, args.logprobs_mode,
-                          host=args.host, seed=args.seed)
+                          host=args.host, seed=args.seed, tool_parser=parser)
     server.model_path = args.served_model_name or args.model_dir  # what /v1/models and the answers name
     host, port = await server.launch_server()
     line = json.dumps({"url": f"http://{host}:{port}/v1", "pid": os.getpid()})

@@ -17,7 +17,6 @@ serve it with `vllm serve --enable-lora` and pass both endpoints.
 from __future__ import annotations
 
 import json
-import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,7 +111,8 @@ def choose_server() -> tuple[str, str, str]:
     """(kind, python, why): vLLM with a GPU and vllm, else the CPU rollout server."""
     from agentic_rl.edge import model_server, verl_merge
 
-    if has_gpu():
+    gpu = has_gpu()
+    if gpu:
         python, how = verl_merge.find_train_python(("vllm",))
         if python:
             return "vllm", python, f"vLLM ({how}): a GPU is visible"
@@ -120,8 +120,7 @@ def choose_server() -> tuple[str, str, str]:
     if python is None:
         raise UserError(f"the CPU rollout server needs torch, transformers, fastapi, uvicorn and ray: {how}",
                         "make verl-venv (its .venv-verl has them), or pass two --model-endpoint URLs", EXIT_ENV)
-    return "cpu", python, f"the bundle's CPU rollout server ({how}): " + (
-        "no vLLM here" if has_gpu() else "no GPU here")
+    return "cpu", python, f"the bundle's CPU rollout server ({how}): " + ("no vLLM here" if gpu else "no GPU here")
 
 
 @contextmanager
@@ -147,4 +146,4 @@ def plan(output_dir: Path, step: int | None, target: str | None) -> dict:
     """What will be served, checked before anything starts."""
     kind, python, why = choose_server()
     return {"base": base_model_dir(output_dir), "trained": trained_model(output_dir, step, target), "kind": kind,
-            "python": python, "why": why, "pid": os.getpid()}
+            "python": python, "why": why}

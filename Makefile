@@ -94,7 +94,7 @@ demo: venvs
 	tools/demo.sh
 
 # Does training make the reward go up on this machine? assets/selftest through the real loop and its
-# verdict (references/selftest.md): about 90 s on a quiet 2-core machine. On a GPU node: make selftest GPUS=0.
+# verdict (references/selftest.md): about 100 s on a quiet 2-core machine. On a GPU node: make selftest GPUS=0.
 selftest: venvs
 	$(PY) scripts/selftest.py $(if $(GPUS),--gpus $(GPUS))
 

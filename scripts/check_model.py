@@ -159,7 +159,8 @@ def body(args) -> int:
         # A multi-call agent (tools.py or agent_class next to the config) is cut to trajectory_max_*.
         data["context"] = agent_rules.context_check(info.get("max_position_embeddings"),
                                                     lambda key: config_values.effective(cfg, key),
-                                                    agent_rules.task_is_multi_call(args.config))
+                                                    agent_rules.task_is_multi_call(args.config),
+                                                    model_files.tiny_rebuild(path, agent_rules.model_folder(str(path))[1]))
     if args.gpus:
         data["memory_fit"] = memory_fit.estimate(info["num_parameters"] or 0, cfg, args.gpus,
                                                  memory_fit.gpu_memory_bytes(args.gpu_memory_gb))

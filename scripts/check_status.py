@@ -43,9 +43,8 @@ A multi-turn rollout shows its counts and every turn between the prompt and the 
 
 `--json` also carries `verdict` (continue, finished, stop_diverged, stop_collapsed, stop_no_signal,
 stop_stalled, plateau or suspect_reward_hacking, with its evidence and action: data, not the exit code),
-`best_step` (the checkpoint with the highest validation reward, its standard error and rows), damaged
-checkpoints (flag checkpoint_damaged, naming the file), the budget and the run card
-(references/metrics.md, references/run-folder.md).
+`best_step` (the best validated checkpoint, its standard error and rows), damaged checkpoints (checkpoint_damaged),
+the budget, the run card and `cost`, measured beside the forecast (references/metrics.md, run-folder.md, forecast.md).
 
 Exit: 0 starting, running, completed or stopped (a deliberate stop can be resumed);
 1 failed or vanished, or training.status damaged or copied from another folder; 2 no run found in O.
@@ -73,6 +72,7 @@ from agentic_rl.runs import (
     sample_reader,
     sample_turns,
     samples,
+    step_cost,
 )
 
 
@@ -165,6 +165,7 @@ def render(data: dict) -> str:
                      f"{best['val_reward']:.4g}{noise}, {best['rows'] or '?'} rows; latest checkpointed val "
                      f"{best['latest_val_reward']:.4g} at step {best['latest']}"
                      + (" (within noise)" if best.get("within_noise_of_latest") else "")})
+    rows += [{"item": "cost", "value": step_cost.text(data["cost"])}] if step_cost.text(data.get("cost")) else []
     if data.get("budget"):
         b = data["budget"]
         rows.append({"item": "budget", "value": ", ".join(f"{k.replace('_', '-')} {v if not isinstance(v, list) else ','.join(v)}"

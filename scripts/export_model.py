@@ -83,8 +83,11 @@ def step_arg(text: str) -> int | None:
 def samples_arg(text: str) -> int:
     import argparse
 
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    from agentic_rl.export import compare
+
+    if not text.isdigit() or not 1 <= int(text) <= compare.MAX_SAMPLES_PER_ROW:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {compare.MAX_SAMPLES_PER_ROW} "
+                                         f"({compare.SAMPLES_WHY}), got {text[:40]!r}")
     return int(text)
 
 
@@ -140,6 +143,9 @@ def render_compare(result: dict) -> None:
         print(f"served here, one after the other, by {by['why']}: " + "; ".join(
             f"{role} {r['served']['model']}" for role, r in result["results"].items() if r.get("served")))
     print(cli.render_table(rows))
+    for role, r in result["results"].items():
+        if r.get("unscored_rows"):
+            print(f"{role}: {r['unscored_rows']} test rows got no numeric reward: left out of the pairing")
     p = result.get("paired")
     if p:
         print(f"trained - base: {p['mean_difference']:+.4g}, 95% CI [{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}] "

@@ -14,7 +14,7 @@ from its metrics (references/selftest.md). D defaults to assets/selftest, O to b
     step 1/10  reward 0.156
     ...
     step 10/10  reward 1.000
-    learned: reward 0.28 -> 1 in 10 steps (threshold 0.82: 3/4 of the way from the first 2 steps' mean 0.28 to their best rollout 1)
+    learned: reward 0.00375 -> 1 in 10 steps (threshold 0.0224: 3/4 of the way from the first 2 steps' mean 0.00375 to their best rollout 0.0286)
 
 Exit: 0 learned; 1 not learned, or the run failed or ran past --timeout (it is stopped then);
 2 usage; 3 environment (no trainer Python: make verl-venv, or make install-train on a GPU node);

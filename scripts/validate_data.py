@@ -24,8 +24,8 @@ The judge is audited: degenerate answers built from each sampled row (the empty 
 format with a wrong value, the prompt sent back, long junk, several candidate answers, a note to the
 grader, and for a tool task the answer without any tool call) must not score as much as the oracle
 (references/judges.md). A finding fails the gate; --allow-probe NAME accepts one knowingly. With
-judge.json (an LLM judge) its endpoint is asked (exit 3 when it does not answer) and its agreement
-with the labels is shown.
+judge.json (an LLM judge) its endpoint is asked (exit 3 when it does not answer), every audit answer
+afresh, and its agreement with the labels is shown for the oracle and each probe.
 
 The task-folder contract is in examples.md. Blank lines (only whitespace) in the JSONL files are
 skipped; line numbers count them.
@@ -73,8 +73,8 @@ def build_parser() -> cli.ArgumentParser:
                              "warning, and the run records it when start_training.sh gets the same flag; names: "
                              + ", ".join(PROBE_NAMES))
     parser.add_argument("--output-dir", metavar="O", help="with an LLM judge (judge.json): the run folder whose "
-                        f"{run_dir.JUDGE_CACHE_FILE} keeps the judge's answers, so the rehearsal and the run do not pay "
-                        "for them again (default: $EVO_OUTPUT_DIR, else INPUT_DIR/../outputs, as start_training.sh)")
+                        f"{run_dir.JUDGE_CACHE_FILE} keeps the judge's answers for the run (the audit itself asks "
+                        "afresh; default: $EVO_OUTPUT_DIR, else INPUT_DIR/../outputs, as start_training.sh)")
     parser.add_argument("--oracle", metavar="FILE", type=Path,
                         help="the rehearsal's oracle file (JSON Lines, examples.md): its lines are checked and the "
                              "judge scores each sampled row's scripted answer as the oracle")
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         input_dir = task.resolve_input_dir(args.input_dir or args.input_dir_flag)
         cache = run_dir.resolve_output_dir(args.output_dir, input_dir) / run_dir.JUDGE_CACHE_FILE \
             if llm_judge.present(input_dir) else None
-        checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
-                                            overrides, args.oracle, tuple(args.allow_probe), cache)
+        with llm_judge.key_held(input_dir):  # the judge's API key: out of what tools.py and the servers start with
+            checks, data = task_checks.validate(input_dir, args.sample, args.judge_timeout, args.gpus, args.debug,
+                                                overrides, args.oracle, tuple(args.allow_probe), cache)
         # An LLM judge's endpoint that does not answer, or its key's variable unset: the environment (exit 3).
         env = next((c for c in checks if c.status == "fail" and c.details.get("exit_code") == cli.EXIT_ENV), None)
         error = UserError(f"{env.where}: {env.message}", env.hint, cli.EXIT_ENV) if env else None

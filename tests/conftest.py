@@ -219,6 +219,7 @@ SLOWEST_MODULES = (
     "test_export_model.py",  # ~110 s
     "test_cpu_tool_train.py",  # ~90 s
     "test_stop_training.py",  # ~75 s
+    "test_secrets.py",  # ~55 s: two rehearsals with an LLM judge whose tools look for the run's secrets
     "test_validate_data.py",
     "test_verl_parity.py",
     "test_docs_commands.py",

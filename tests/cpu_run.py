@@ -16,8 +16,9 @@ asks for it; `verl_venv` skips where .venv-verl is missing):
 cpu_run.run("--resume", "--cpu-steps", "13") continues the same folder (after the tests that need the
 first run's state: a module orders them). new_run(steps, make=...) runs a task of the caller's (the
 tool agent's, the cluster's): make_task is assets/example cut to 4 train / 2 test rows with the
-first tiny Qwen2 (22.75K parameters, used byte for byte) and a graded judge (the share of digits),
-at 2 rows x 2 rollouts a step.
+tiny Qwen2 (tools/make_tiny_model.py: 214K parameters, a byte-level BPE tokenizer and a chat template
+in Qwen2.5's shape; used byte for byte) and a graded judge (the share of digits), at 2 rows x 2
+rollouts a step.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from agentic_rl.edge import procs
 from agentic_rl.runs import run_dir
 from conftest import ROOT, SCRIPTS, assert_strict_json, copy_example, run_script
 from make_tiny_model import make_tiny_model
+from secret_probe import secret_in_memory
 
 VERL_PY = ROOT / ".venv-verl" / "bin" / "python"
 SELFTEST = ROOT / "assets" / "selftest"
@@ -153,14 +155,11 @@ class CpuRun:
         return self.status
 
     def _read_key(self, st: dict) -> None:
-        """The run's gateway key, read from the live gateway's environment (the run writes it nowhere),
-        so the tests can prove it is in no log."""
+        """The run's gateway key, read from the live gateway's memory (the run writes it nowhere, and no process's
+        environment holds it: tests/secret_probe.py), so the tests can prove it is in no log."""
         gateway = ((st.get("services") or {}).get("gateway") or {}).get("pid")
         if gateway and len(self.keys) < len(self.run_ids):
-            try:
-                key = psutil.Process(gateway).environ().get("ARL_AGL_KEY")
-            except psutil.Error:
-                return
+            key = secret_in_memory(gateway)
             if key:
                 self.keys.append(key)
 

@@ -7,11 +7,20 @@ the rubric, then <reference_answer> and <response>), and fails on demand.
         srv.delay_s = 0.2               # every answer takes 0.2 s
         srv.capacity = 4                # more than 4 requests at once: 429 (a server allowing N at once)
 
-Grading (srv.mode): "sound" gives <score>10</score> when the response's final answer (after the last
+Grading (srv.mode, which a test may switch while the server runs: a judge changed behind the same URL
+and model): "sound" gives <score>10</score> when the response's final answer (after the last
 "Answer:", else the whole reply) equals the reference, else 0; "gullible" also gives 10 to a response
 that says it is correct (an injection); "digits" gives round(10 x the share of digits in the reply).
 A response holding UNPARSABLE gets a reply without a score tag. Every request is recorded: its
 Authorization header, its body, and the most requests in flight at once.
+
+Faults (srv.faults, one per request; or srv.fault_all, every request): "429" (Retry-After srv.retry_after,
+which may be one that does not parse), "500"/"502"/"503", "garbage" (not JSON), "delay:S", "trickle"
+(the whole response, status line first, one byte every srv.trickle_s), "huge" (a 200 reply of
+srv.huge_bytes with its Content-Length), "huge_stream" (as many bytes with no length, the connection
+closed at the end), "nested" (a 200 reply of JSON nested srv.nesting deep); srv.trickle_get makes
+GET /models trickle. srv.sent counts the bytes
+the huge replies got out before the client stopped reading.
 """
 
 from __future__ import annotations
@@ -44,6 +53,12 @@ class JudgeServer:
     def __init__(self, key: str | None = None, mode: str = "sound"):
         self.key, self.mode = key, mode
         self.faults: list[str] = []
+        self.fault_all: str | None = None
+        self.trickle_get = False  # GET /models (the reachability check) trickles too
+        self.trickle_s = 1.0
+        self.huge_bytes = 100 << 20
+        self.nesting = 100_000
+        self.sent = 0
         self.delay_s = 0.0
         self.capacity: int | None = None
         self.retry_after = "1"  # what a 429 asks the client to wait, in seconds
@@ -69,7 +84,11 @@ class JudgeServer:
                 self.wfile.write(raw)
 
             def do_GET(self):  # noqa: N802 (http.server's naming)
-                self.send(200, {"object": "list", "data": [{"id": "judge", "object": "model"}]})
+                listing = {"object": "list", "data": [{"id": "judge", "object": "model"}]}
+                if srv.trickle_get:
+                    srv._trickle(self, listing)
+                else:
+                    self.send(200, listing)
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
@@ -77,7 +96,7 @@ class JudgeServer:
                     srv.in_flight += 1
                     srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
                     over = srv.capacity is not None and srv.in_flight > srv.capacity
-                    fault = srv.faults.pop(0) if srv.faults and not over else None
+                    fault = srv.faults.pop(0) if srv.faults and not over else None if over else srv.fault_all
                     srv.requests.append(body)
                     srv.auth.add(self.headers.get("Authorization"))
                 try:
@@ -89,7 +108,11 @@ class JudgeServer:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # a client that hung up mid-reply is a test's point
+                pass
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
@@ -129,6 +152,19 @@ class JudgeServer:
         elif fault in ("500", "502", "503"):
             handler.send(int(fault), {"error": {"message": "server error"}})
             return
+        elif fault == "trickle":
+            self._trickle(handler, self._completion(body, "<score>10</score>"))
+            return
+        elif fault in ("huge", "huge_stream"):
+            self._huge(handler, fault == "huge")
+            return
+        elif fault == "nested":
+            raw = b"[" * self.nesting + b"]" * self.nesting
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(raw)))
+            handler.end_headers()
+            handler.wfile.write(raw)
+            return
         elif fault == "garbage":
             raw = b"not json at all"
             handler.send_response(200)
@@ -141,9 +177,41 @@ class JudgeServer:
         user = body["messages"][-1]["content"]
         found = {name: html.unescape(m.group(1)) if (m := tag.search(user)) else None for name, tag in _TAG.items()}
         text = self.grade(found["reference_answer"], found["response"] or "")
-        handler.send(200, {"id": "judge-1", "object": "chat.completion", "model": body.get("model"),
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                        "finish_reason": "stop"}]})
+        handler.send(200, self._completion(body, text))
+
+    @staticmethod
+    def _completion(body: dict, text: str) -> dict:
+        return {"id": "judge-1", "object": "chat.completion", "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+    def _trickle(self, handler, obj: dict) -> None:
+        raw = json.dumps(obj).encode()
+        whole = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n").encode()
+        handler.close_connection = True
+        with contextlib.suppress(OSError):
+            for i in range(len(whole + raw)):
+                handler.wfile.write((whole + raw)[i:i + 1])
+                handler.wfile.flush()
+                time.sleep(self.trickle_s)
+
+    def _huge(self, handler, with_length: bool) -> None:
+        """A chat completion of huge_bytes whose content is the score and then spaces: scored if read whole."""
+        head, tail = b'{"choices": [{"message": {"content": "<score>10</score>', b'"}}]}'
+        piece = b" " * (1 << 16)
+        pieces, rest = divmod(self.huge_bytes - len(head) - len(tail), len(piece))
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if with_length:
+            handler.send_header("Content-Length", str(self.huge_bytes))
+        else:
+            handler.send_header("Connection", "close")
+            handler.close_connection = True
+        handler.end_headers()
+        with contextlib.suppress(OSError):
+            for part in (head, *([piece] * pieces), b" " * rest, tail):
+                handler.wfile.write(part)
+                with self._lock:
+                    self.sent += len(part)
 
 
 KEY_ENV = "ARL_TEST_JUDGE_KEY"

@@ -35,7 +35,9 @@ else
 fi
 
 step "4. check_model.py (a tiny local model built for the demo)"
-"$py" "$root/tools/make_tiny_model.py" "$models/tiny-qwen2" >/dev/null
+# Its context holds the tool example's trajectories (2048 + 2048 tokens): check_model.py --config names this flag
+# for a tiny model too short for a task.
+"$py" "$root/tools/make_tiny_model.py" "$models/tiny-qwen2" --max-position-embeddings 4096 >/dev/null
 "$py" "$root/scripts/check_model.py" --list
 "$py" "$root/scripts/check_model.py" --model tiny-qwen2 --set-agent "$task"
 
@@ -58,7 +60,9 @@ fi
 rehearse_tool_task() {
   local t="$demo/$1_task" o="$demo/$1_outputs"
   cp -r "$root/assets/$1" "$t"
-  step "$2: validate_data.py --oracle (tool schemas, tool-call parsing, the oracle's answers)"
+  # the tiny model, so that validate_data renders the task with a real chat template and reads its tool calls back
+  "$py" "$root/scripts/check_model.py" --model tiny-qwen2 --set-agent "$t" >/dev/null
+  step "$2: validate_data.py --oracle (tool schemas, the chat template and tool parser, the oracle's answers)"
   "$py" "$root/scripts/validate_data.py" "$t" --oracle "$t/oracle.jsonl" || rc=$?
   step "$2: start_training.sh --rehearse --oracle (the oracle plays each row's calculator calls)"
   bash "$root/scripts/start_training.sh" --input-dir "$t" --output-dir "$o" --rehearse --oracle "$t/oracle.jsonl"

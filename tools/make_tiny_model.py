@@ -88,7 +88,8 @@ def make_tiny_model(dest: Path, shards: int = 1, tokenizer: bool = True, max_pos
     config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": size["hidden"],
               "intermediate_size": size["inter"], "num_hidden_layers": LAYERS, "num_attention_heads": size["heads"],
               "num_key_value_heads": size["heads"], "vocab_size": VOCAB_SIZE, "max_position_embeddings": max_position_embeddings,
-              "torch_dtype": "float16", "tie_word_embeddings": False}
+              "torch_dtype": "float16", "tie_word_embeddings": False,
+              "arl_tiny_model": shape}  # check_model's hint for a longer context names this tool and shape
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     weights = tensors(size["hidden"], size["inter"], size.get("scaled", False))
     names = sorted(weights)

@@ -10,8 +10,11 @@ sends the endpoint one chat request per answer: the rubric as the system message
 prompt, the reference answer (the row's ground_truth) and the response, each inside its tag with <, >
 and & escaped, so a response cannot close its tag. The reply must hold exactly one
 `<score>N</score>` (N a number from 0 to max_score; the same value twice counts once): the reward is
-N / max_score. Anything else is a judge error: reward 0 with the raw reply, escaped, in the reason.
-The API key is read from the environment variable api_key_env names, by the judge service only.
+N / max_score. Anything else (a reply over reply_limit's bytes included) is a judge error: reward 0
+with the raw reply, escaped, in the reason. cache_key is what decides an answer: the URL, the key's
+variable and the whole request.
+The API key is read from the environment variable api_key_env names (by validate_data and start_training.sh,
+which take it out of their own environment: key_held); the run's judge service gets it through a pipe.
 
 Standard library only; this module is the contract, what checks it and what serves it live elsewhere:
 checks/judge_llm.py (validate_data), launch/preflight.py (start_training.sh), edge/judge_service.py.
@@ -24,10 +27,12 @@ checks/judge_llm.py (validate_data), launch/preflight.py (start_training.sh), ed
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,15 +152,88 @@ def load(input_dir: str | os.PathLike) -> tuple[dict | None, list[Problem], list
 
 def api_key(spec: dict, env: Any = None) -> tuple[str | None, Problem | None]:
     """(the key from the variable api_key_env names, or None without api_key_env; a Problem (exit 3) when the
-    variable is not set."""
+    variable is not set, or holds what no key does (key_flaw: its words never quote the key)). The variable is
+    looked up in env (default os.environ), then among the keys this process took out of it (take_key)."""
     name = spec.get("api_key_env")
     if not name:
         return None, None
-    value = (os.environ if env is None else env).get(name)
+    value = (os.environ if env is None else env).get(name) or _held.get(name)
     if not value:
         return None, Problem("api_key_env", f"the environment variable {name} (judge.json api_key_env) is not set",
                              f"export {name}=<the judge endpoint's key> in the shell that runs the command", 3)
+    flaw = key_flaw(value)
+    if flaw:
+        return None, Problem("api_key_env", f"the environment variable {name} (judge.json api_key_env) {flaw}",
+                             f"set {name} to the key alone, e.g. export {name}=\"$(tr -d '\\r\\n' < KEY_FILE)\" "
+                             "(a key has no spaces, line ends or other control characters)", 3)
     return value, None
+
+
+def key_flaw(value: str) -> str | None:
+    """What makes a key unusable in an HTTP header, in words that never quote it (None when it is fine).
+
+    >>> key_flaw("sk-abc\\r")
+    'ends in a carriage return: a key file saved with Windows line endings?'
+    >>> key_flaw("sk-abc"), key_flaw(" sk"), key_flaw("sk-\\u00e9t\\u00e9"), key_flaw("s k")
+    (None, 'starts with a space', 'holds a non-ASCII character (its character 4)', 'holds a space (its character 2)')
+    """
+    ends = {"\r": "a carriage return: a key file saved with Windows line endings?",
+            "\n": "a newline: a key file read with its line end?", " ": "a space", "\t": "a tab"}
+    if value[-1] in ends:
+        return f"ends in {ends[value[-1]]}"
+    if value[0] in ends:
+        return f"starts with {ends[value[0]]}"
+    for i, ch in enumerate(value, 1):
+        if ch in ends or ord(ch) < 32 or ord(ch) == 127:
+            what = ends[ch].split(":")[0] if ch in ends else f"a control character (U+{ord(ch):04X})"
+            return f"holds {what} (its character {i})"
+        if ord(ch) > 126:
+            return f"holds a non-ASCII character (its character {i})"
+    return None
+
+
+_held: dict[str, str] = {}  # keys taken out of this process's environment, by variable name
+
+
+def key_name(input_dir: str | os.PathLike) -> str | None:
+    """The variable judge.json's api_key_env names (None without judge.json, or without a valid name)."""
+    try:
+        with open(Path(input_dir) / SPEC_FILE, encoding="utf-8") as fh:
+            name = json.load(fh).get("api_key_env")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and _ENV_NAME.match(name) else None
+
+
+def take_key(input_dir: str | os.PathLike, handed: dict | None = None) -> str | None:
+    """Hold the API key here (api_key finds it) and take its variable out of this process's environment: out of
+    os.environ, so that nothing this process starts inherits it, and blanked in /proc/self/environ
+    (handover.take). handed: secrets this process received through a pipe instead. Returns the variable's name."""
+    from agentic_rl import handover
+
+    name = key_name(input_dir)
+    if name and (handed or {}).get(name):
+        _held[name] = handed[name]
+    if name and name in os.environ:
+        value = handover.take(name)
+        if value:
+            _held[name] = value
+    return name
+
+
+@contextlib.contextmanager
+def key_held(input_dir: str | os.PathLike) -> Iterator[dict[str, str]]:
+    """take_key for the block, which gets {name: key} (empty without one); afterwards os.environ has the variable
+    back (a caller in this process keeps its environment; /proc/self/environ stays blanked)."""
+    name = key_name(input_dir)
+    before = os.environ.get(name) if name else None
+    take_key(input_dir)
+    try:
+        yield {name: _held[name]} if name and name in _held else {}
+    finally:
+        if name and before is not None:
+            _held.pop(name, None)
+            os.environ[name] = before
 
 
 # --------------------------------------------------------------------------- one request, one reply
@@ -178,9 +256,25 @@ def request_body(spec: dict, prompt: str, response: str, ground_truth: Any = Non
             "temperature": spec["temperature"], "max_tokens": spec["max_tokens"]}
 
 
-def cache_key(body: dict) -> str:
-    """sha256 of the request: the rubric, the model, the prompt, the reference and the response."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+CACHE_KEY_VERSION = 2  # 1 keyed the body alone: a judge at another URL was answered from its cache
+
+
+def cache_key(spec: dict, body: dict) -> str:
+    """sha256 of everything that decides the answer: the endpoint's URL, the key's variable (which account
+    asks; never the key), and the whole request (the model, the rubric, the prompt, the reference, the
+    response, max_score's instruction, temperature, max_tokens)."""
+    what = {"v": CACHE_KEY_VERSION, "url": spec["base_url"], "api_key_env": spec.get("api_key_env"), "body": body}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+REPLY_MIN_BYTES = 1 << 20
+REPLY_BYTES_PER_TOKEN = 64
+
+
+def reply_limit(spec: dict) -> int:
+    """The most bytes of a reply that are read: 1 MiB, or 64 bytes per max_tokens when that is more (a chat
+    completion of max_tokens tokens is far smaller); a larger reply is a judge error."""
+    return max(REPLY_MIN_BYTES, REPLY_BYTES_PER_TOKEN * int(spec["max_tokens"]))
 
 
 def quoted(text: str, limit: int = 300) -> str:
@@ -188,14 +282,21 @@ def quoted(text: str, limit: int = 300) -> str:
     return json.dumps(text if len(text) <= limit else text[:limit] + "...", ensure_ascii=True)
 
 
+def _shown(value: Any) -> str:
+    try:
+        return json.dumps(value)[:300]
+    except (RecursionError, ValueError):
+        return f"({type(value).__name__} nested too deeply to show)"
+
+
 def parse_reply(spec: dict, answer: Any) -> tuple[float | None, str | None]:
     """(reward, None) from a chat completion whose text holds exactly one <score>N</score>, else (None, reason)."""
     try:
         content = answer["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        return None, f"{JUDGE_ERROR}: the LLM judge's answer is no chat completion: {quoted(json.dumps(answer)[:300])}"
+        return None, f"{JUDGE_ERROR}: the LLM judge's answer is no chat completion: {quoted(_shown(answer))}"
     if not isinstance(content, str):
-        return None, f"{JUDGE_ERROR}: the LLM judge's reply has no text: {quoted(json.dumps(content))}"
+        return None, f"{JUDGE_ERROR}: the LLM judge's reply has no text: {quoted(_shown(content))}"
     found = {value for value in _SCORE.findall(content)}
     if not found:
         return None, f"{JUDGE_ERROR}: the LLM judge's reply has no <score>N</score>: {quoted(content)}"

@@ -10,7 +10,8 @@ The shape most MCP clients already use (Claude Desktop's and Cursor's `mcpServer
 
 A stdio server is a command (found on PATH with the bundle's Python's bin folder first, run in the
 task folder) with args; its environment is MCP's safe default (HOME, LOGNAME, PATH, SHELL, TERM,
-USER), the run's id and folder (so the stop and the sweeps find it), `env`, and the variables
+USER), the run's id and folder (so the stop and the sweeps find it), PYTHONDONTWRITEBYTECODE (a Python
+server writes no __pycache__ into the task folder), `env`, and the variables
 `pass_env` names copied from the run's environment: the gateway's key (AGL_KEY) only when listed
 there. A streamable-HTTP server is a `url` on this host (127.0.0.1, localhost or [::1]).
 `start_timeout_s` (default 30) bounds its start, `initialize` and `tools/list`.
@@ -104,6 +105,9 @@ def server_env(spec: dict, environ: Any = None) -> dict[str, str]:
     env = {name: environ[name] for name in (*SAFE_ENV, *CARRIED_ENV) if environ.get(name)}
     # The bundle's venv first: `mcp-server-calculator` or `python` resolve to what is installed beside it.
     env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(sys.executable), env.get("PATH", os.defpath)) if p)
+    # A Python server run in the task folder would write __pycache__ beside the modules it imports there:
+    # the task folder must stay as the user wrote it (validate_data's probe compares it, a run hashes it).
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(spec.get("env") or {})
     env.update({name: environ[name] for name in spec.get("pass_env") or () if name in environ})
     return env

@@ -7,6 +7,7 @@ process per rollout, the oracle model playing assets/tool_example/oracle.jsonl t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -390,3 +391,101 @@ def test_the_custom_agent_of_examples_md_rehearses_its_tool_loop(tool_task, tmp_
     assert rep["mean_reward"] == 1.0 and rep["tool_calls"] == sum(r["tool_calls"] for r in rep["rows"]) > 0
     # agent.json's agent_class wins over tools.py (which it imports itself)
     assert "agent_class: agentic_rl.agents.template:TaskFolderAgent" in (out / "resolved_config.yaml").read_text()
+
+
+def test_a_tool_task_rehearsed_without_its_oracle_file_says_the_oracle_could_not_earn_the_reward(tool_task, tmp_path,
+                                                                                                  runs):
+    """The oracle answers with the ground truth and no tool call; the tool example's judge pays nothing without
+    one. The rehearsal still runs the path, but it must say why every reward is 0 and name --oracle FILE, and
+    never advise exporting a checkpoint it does not have."""
+    out = tmp_path / "out"
+    st, rep = rehearse(tool_task, out, runs)
+    assert st["status"] == "completed", log_text(out)
+    assert rep["mean_reward"] == 0.0 and rep["tool_calls"] == 0
+    finding = {f["flag"]: f for f in rep["findings"]}["oracle_unrewarded"]
+    assert "--oracle FILE" in finding["hint"] and "tool" in finding["message"]
+    assert "every row right" not in rep["learning_signal"]["message"]
+    assert "oracle_unrewarded" in log_text(out) and "--oracle FILE" in log_text(out)
+    proc = check_status_json(out)
+    flags = {f["flag"]: f for f in proc["data"]["flags"]}
+    assert "--oracle FILE" in flags["oracle_unrewarded"]["hint"]
+    verdict = proc["data"]["verdict"]
+    assert verdict["verdict"] == "finished" and "export" not in verdict["action"], verdict
+    assert "--oracle FILE" in verdict["action"]
+    table = run_check_status(out)
+    assert "oracle_unrewarded" in table and "export" not in table.split("verdict", 1)[-1].lower()
+
+
+def check_status_json(out: Path) -> dict:
+    from conftest import run_script
+
+    proc = run_script("check_status.py", "--output-dir", str(out), "--json")
+    return json.loads(proc.stdout)
+
+
+def run_check_status(out: Path) -> str:
+    from conftest import run_script
+
+    return run_script("check_status.py", "--output-dir", str(out)).stdout
+
+
+MCP_EXAMPLE = ROOT / "assets" / "mcp_example"
+
+
+def test_an_mcp_only_task_is_audited_at_start_as_validate_data_audits_it(tmp_path, runs):
+    """assets/mcp_example's tools come only from its MCP server: the run's own audit must offer the server's tools,
+    play the oracle file's tool calls and run no_tool, as validate_data's does (it ran six probes with the oracle
+    at 0.0: 'inconclusive')."""
+    from conftest import run_script
+
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    oracle = task / "oracle.jsonl"
+    report = json.loads(run_script("validate_data.py", str(task), "--oracle", str(oracle), "--json").stdout)
+    assert report["ok"], report
+    st, rep = rehearse(task, tmp_path / "out", runs, "--oracle", str(oracle))
+    assert st["status"] == "completed", log_text(tmp_path / "out")
+    audit = st["judge_audit"]
+    assert "no_tool" in audit["probes"] and audit["conclusive"] and audit["oracle_mean"] == 1.0, audit
+    assert sorted(audit["probes"]) == sorted(e["probe"] for e in report["data"]["judge_audit"])
+
+
+def test_a_start_refuses_an_mcp_tool_named_like_a_tools_py_tool(tmp_path, capsys, run_folders):
+    """validate_data refuses the clash; the start must too, before anything is written: two schemas with one name
+    would be offered to the model and tools.py would run every call."""
+    from agentic_rl.launch import launcher
+
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    (task / "tools.py").write_text("def calculate(expression: str) -> str:\n    '''Evaluate.'''\n    return expression\n")
+    out = tmp_path / "out"
+    run_folders.append(out)  # on today's code the run starts: its processes are ended after the test
+    code = launcher.main(["--input-dir", str(task), "--output-dir", str(out), "--rehearse", "--oracle",
+                          str(task / "oracle.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "tool 'calculate' is published by MCP server 'calculator' and by tools.py" in err
+    assert "agent.json:mcp_servers.calculator" in err and "\nHint: " in err
+    assert not (out / run_dir.STATUS_FILE).exists() and not (out / run_dir.LOG_FILE).exists()
+
+
+def test_the_job_itself_refuses_the_clash_when_started_without_the_launcher(tmp_path, run_folders):
+    """The job run by hand (its module docstring's foreground use) checks the clash again once its hub lists the
+    servers' tools: a tools.py changed after the start's check is caught too."""
+    import subprocess
+    import sys
+
+    from conftest import SCRIPTS
+
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    (task / "tools.py").write_text("def calculate(expression: str) -> str:\n    '''Evaluate.'''\n    return expression\n")
+    out = tmp_path / "out"
+    run_folders.append(out)
+    proc = subprocess.run([sys.executable, "-m", "agentic_rl.launch.training_job", "--input-dir", str(task),
+                           "--output-dir", str(out), "--rehearse"], env={**os.environ, "PYTHONPATH": str(SCRIPTS)},
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    st = run_dir.read_status(out)
+    assert proc.returncode == 1 and st["status"] == "failed" and st["failed_component"] == "mcp", proc.stderr[-2000:]
+    assert "tool 'calculate' is published by MCP server 'calculator' and by tools.py" in st["reason"]
+    assert not (out / run_dir.REHEARSAL_FILE).exists()

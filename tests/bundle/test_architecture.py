@@ -33,7 +33,7 @@ AGENTS = PACKAGE / "agents"
 # What an agent process may import of the package: every rollout pays for its imports (stdlib only beyond these).
 # edge.reaper is the standard-library end of a rollout's process tree (a child subreaper, its descendants ended).
 AGENT_IMPORTS = {"agentic_rl", "agentic_rl.cli", "agentic_rl.untrusted", "agentic_rl.files", "agentic_rl.runs", "agentic_rl.runs.run_dir",
-                 "agentic_rl.task",
+                 "agentic_rl.task", "agentic_rl.handover",
                  "agentic_rl.agents", "agentic_rl.edge", "agentic_rl.edge.reaper"}
 TESTS = ROOT / "tests"
 
@@ -46,7 +46,7 @@ SIGNALLERS = ("procs.py", "reaper.py")
 
 # The rooms of the package; "" is its root, the pieces every room shares (cli, files, bootstrap, and the
 # contracts of the task folder and the oracle file).
-ROOMS = ("", "agents", "checks", "edge", "export", "launch", "runs")
+ROOMS = ("", "agents", "checks", "edge", "export", "forecast", "launch", "runs")
 # Which rooms each room may import (besides itself). Edge wraps the outside worlds for everybody, so it
 # imports nothing of the domain; the gates (checks) and the run folder's readers (runs) never import the
 # run (launch); nothing but the CLIs imports export. Agents may read runs.run_dir's names (see AGENT_IMPORTS).
@@ -56,7 +56,8 @@ ALLOWED = {
     "agents": {"", "runs", "edge"},  # edge: reaper only (AGENT_IMPORTS)
     "checks": {"", "edge", "agents"},
     "runs": {"", "edge"},
-    "launch": {"", "edge", "agents", "checks", "runs"},
+    "forecast": {"", "edge", "checks", "runs"},  # the bill before booking: reads gates' values, not a run
+    "launch": {"", "edge", "agents", "checks", "runs", "forecast"},
     "export": {"", "edge", "checks", "runs"},
 }
 MAX_LINES = 400

@@ -40,6 +40,8 @@ EXPECTED = [
     (r"start_training\.sh .*--gpus", 3, "Exit 3: no GPU driver or NVML (rehearse instead"),  # no GPU here
     (r"validate_data\.py", 0, "Exit 0: tell the user the row counts"),
     (r"check_model\.py", 0, "Exit 0: the model is complete"),
+    # NAME and USD stay placeholders here: a GPU named tiny-qwen2 is unknown (tests/forecast runs it for real)
+    (r"forecast\.py", 2, "An unknown GPU (exit 2) names the known ones"),
     (r"check_status\.py", 0, "Exit 0: starting, running, completed or stopped"),
     (r"stop_training\.py", 0, "A run that is already completed, failed or stopped gives exit 0"),
     (r"export_model\.py .*--compare --json", 1, "Exit 1: no export of the run yet"),  # the rehearsal exports nothing

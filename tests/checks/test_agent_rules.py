@@ -100,9 +100,12 @@ def test_with_the_model_on_disk_trajectory_lengths_and_the_chat_template_are_che
         trajectory_max_response_length=4096))
     code, report = validate(tool_task)
     failed, warned = rows(report, "fail"), rows(report, "warn")
-    assert code == 1 and [c["where"] for c in failed] == [agent_rules.TRAJECTORY_KEYS[0]]
+    assert code == 1 and [c["where"] for c in failed if c["name"] == "config.json"] == [agent_rules.TRAJECTORY_KEYS[0]]
     assert "trajectory_max_prompt_length 2048 + " in failed[0]["message"] and "4096" in failed[0]["message"]
     assert [c["where"] for c in warned] == [agent_rules.LEVEL_KEY] and "<think>" in warned[0]["message"]
+    # and rendered as the run renders it, this template cannot take a tool call turn (checks/template_checks.py)
+    assert [c["message"] for c in failed if c["name"] == "chat template"] == [
+        "tiny-qwen3: its chat template failed: UndefinedError: 'dict object' has no attribute 'content'"]
     # check_model --config reads the same lengths: the config's folder has tools.py
     proc = run_script("check_model.py", "--model", str(model), "--config", str(tool_task / "config.json"), "--json")
     assert proc.returncode == 1 and "trajectory_max_prompt_length" in json.loads(proc.stdout)["data"]["context"]["message"]
@@ -235,3 +238,35 @@ def test_an_oracle_line_calling_a_tool_the_task_lacks_or_longer_than_max_turns_i
     assert code == 1 and set(failed) == {"oracle.jsonl:7", "oracle.jsonl:8"}, failed
     assert "calls 'search', which the task does not have (its tools: calculator)" in failed["oracle.jsonl:7"]
     assert "9 turns, more than agent.json's max_turns 8" in failed["oracle.jsonl:8"]
+
+
+HELPER_SERVER = '''
+from mcp.server.fastmcp import FastMCP
+
+import helper  # a module of the task folder: importing it is what writes __pycache__
+
+mcp = FastMCP("adder")
+
+
+@mcp.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return helper.add(a, b)
+
+
+mcp.run("stdio")
+'''
+
+
+def test_a_python_mcp_server_importing_a_helper_module_does_not_change_the_task_folder(tmp_path):
+    """A server declared as python server.py that imports a helper module of the task folder: Python writes its
+    bytecode cache beside it unless told not to, and the probe's folder guard then fails the task."""
+    task = tmp_path / "mcp_task"
+    shutil.copytree(MCP_EXAMPLE, task)
+    (task / "server.py").write_text(HELPER_SERVER)
+    (task / "helper.py").write_text("def add(a, b):\n    return a + b\n")
+    edit_json(task / "agent.json", lambda a: a["mcp_servers"].update(adder={"command": "python", "args": ["server.py"]}))
+    code, report = validate(task, "--oracle", str(task / "oracle.jsonl"))
+    assert code == 0, rows(report, "fail")
+    assert any(c["where"] == "agent.json:mcp_servers.adder" and "add" in c["message"] for c in rows(report, "ok"))
+    assert not (task / "__pycache__").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -268,6 +269,22 @@ def test_config_lengths_against_the_models_context(models, example_task, tmp_pat
     if status == "fail":
         assert text in out["error"]["message"] and "max_" in out["error"]["hint"]
         assert (example_task / "agent.json").read_text() == before, "a model that cannot hold the lengths is not written"
+
+
+@pytest.mark.parametrize("shape", ["tiny", "selftest"])
+def test_a_tiny_model_too_short_for_the_task_names_the_flag_that_builds_it_longer(models, tmp_path, capsys, shape):
+    """A task's lengths (assets/tool_example: 2048 + 2048 tokens per trajectory) above a tools/make_tiny_model.py
+    folder's context: the hint is the make_tiny_model command with --max-position-embeddings, not another model."""
+    make_tiny_model(models / "tiny", shape=shape)
+    task = tmp_path / "task"
+    shutil.copytree(ROOT / "assets" / "tool_example", task)
+    code, out = run_json(capsys, "--model", "tiny", "--config", str(task / "config.json"))
+    assert code == 1 and out["data"]["context"]["status"] == "fail"
+    flag = "" if shape == "tiny" else " --shape selftest"
+    assert out["error"]["hint"].endswith(f"or build the tiny model with room for them: python tools/make_tiny_model.py "
+                                         f"{(models / 'tiny').resolve()}{flag} --max-position-embeddings 4096")
+    make_tiny_model(models / "tiny", shape=shape, max_position_embeddings=4096)
+    assert run_json(capsys, "--model", "tiny", "--config", str(task / "config.json"))[0] == 0
 
 
 def test_not_found_hint_gives_the_download_commands(models, capsys):

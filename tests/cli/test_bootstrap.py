@@ -25,6 +25,7 @@ COMMANDS = {
     "check_model.py": (["--list", "--models-dir", "{tmp}/no-models"], 3),
     "check_status.py": (["--output-dir", "{tmp}/no-run"], 2),
     "export_model.py": (["--output-dir", "{tmp}/no-run"], 3),
+    "forecast.py": (["{example}", "--gpu", "H100", "--models-dir", "{tmp}/no-models"], 3),  # no model folder
     "selftest.py": (["--input-dir", "{tmp}/no-task"], 3),  # the task folder is not there
     "stop_training.py": (["--output-dir", "{tmp}/no-run"], 2),
     "validate_data.py": (["{example}", "--sample", "2"], 0),

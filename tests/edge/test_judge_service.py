@@ -73,7 +73,7 @@ def test_a_refused_request_is_not_retried_and_a_timeout_is(tmp_path):
         svc = judge_service.JudgeService(spec_for(srv.url, timeout_s=0.2, max_retries=1), None)
         srv.faults = ["delay:0.5", "delay:0.5"]
         out = svc.score("q", "Answer: 1", "1")
-        assert out["attempts"] == 2 and out["reason"].endswith("after 2 attempts (last: timed out)")
+        assert out["attempts"] == 2 and out["reason"].endswith("after 2 attempts (last: timed out after 0.2 s)")
         assert svc.score("q", "Answer: 1", "1")["reward"] == 1.0  # the server answers again: not cached as an error
 
 

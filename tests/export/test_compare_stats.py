@@ -52,3 +52,31 @@ def test_the_verdict_at_95_percent_and_the_regressed_rows():
     assert worse["regressed"][0] == {"row": 1, "where": "test.jsonl:2", "base": 1.0, "trained": 0.0}
     mixed = compare_stats.paired({0: [1.0], 1: [0.0]}, {0: [0.0], 1: [1.0]}, where)
     assert mixed["verdict"] == "no_detectable_difference" and mixed["mean_difference"] == 0.0
+
+
+def test_a_row_with_no_numeric_reward_is_left_out_of_the_pairing_not_divided_by():
+    """A rollout that succeeded without a numeric reward (null, a string, NaN: a rehearsal.json anyone may edit)
+    gives its row no reward at all: that row is counted as unscored, never averaged over zero rewards."""
+    from agentic_rl.export import compare
+
+    rep = {"rows": [{"split": "test", "row": 0, "reward": 1.0}, {"split": "test", "row": 1, "reward": None},
+                    {"split": "test", "row": 1, "reward": "high"}, {"split": "test", "row": 2, "reward": float("nan")},
+                    {"split": "test", "row": 3, "reward": 0.0}, {"split": "train", "row": 0, "reward": 0.0}]}
+    per_row, unscored = compare.test_rewards(rep)
+    assert per_row == {0: [1.0], 3: [0.0]} and unscored == 2
+    other = {0: [0.0], 1: [1.0], 3: [1.0]}
+    result = compare_stats.paired(per_row, other, {})
+    assert result["rows"] == 2 and result["mean_difference"] == 0.0
+    assert compare_stats.pass_at(per_row, (1,)) == {"1": 0.5}
+
+
+def test_samples_per_row_has_an_upper_bound(tmp_path, capsys):
+    import export_model
+    from agentic_rl.export import compare
+
+    big = str(compare.MAX_SAMPLES_PER_ROW + 1)
+    code = export_model.main(["--output-dir", str(tmp_path), "--compare", "--samples-per-row", "99999999999999",
+                              "--model-endpoint", "http://127.0.0.1:1/v1", "--model-endpoint", "http://127.0.0.1:1/v1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"at most {compare.MAX_SAMPLES_PER_ROW}" in err
+    assert export_model.main(["--output-dir", str(tmp_path), "--compare", "--samples-per-row", big]) == 2

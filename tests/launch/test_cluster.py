@@ -29,6 +29,7 @@ from agentic_rl.edge import procs
 from conftest import ROOT, run_script
 from make_tiny_model import make_tiny_model
 from ray_nodes import CLUSTER_ENV, NODE_IP, Cluster
+from secret_probe import secret_in_memory
 from test_train_path import HOOK, _verl_venv_ready, make_task, status, wait_for
 
 pytestmark = pytest.mark.slow
@@ -136,7 +137,8 @@ def test_two_nodes_a_run_stopped_mid_training_leaves_nothing_on_either(cluster, 
             urllib.request.urlopen(urllib.request.Request(gateway["url"] + path, method=method, data=b"{}"
                                                           if method == "POST" else None), timeout=5)
         assert err.value.code == 401, (method, path)
-    key = psutil.Process(gateway["pid"]).environ()["ARL_AGL_KEY"]
+    assert "ARL_AGL_KEY" not in psutil.Process(gateway["pid"]).environ()  # it came through a pipe (handover.py)
+    key = secret_in_memory(gateway["pid"])  # ... into the gateway's memory, where root reads it
     req = urllib.request.Request(gateway["url"] + "/proxy/state", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 200

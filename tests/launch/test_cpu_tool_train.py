@@ -10,8 +10,9 @@ server (through the run's hub); Agent Lightning merges each rollout's three mode
 trajectory; VERL trains on it. One run is shared by the module: it proves tools.py and MCP at once.
 
 The run's tools.py calculator also leaves a daemon on every call (double fork, setsid, a clean
-environment: no run id) and records the environment names it sees: the daemons must be gone when the
-run ends (each ended with its rollout, edge/reaper.py), and no tool sees the run's key.
+environment: no run id), records the environment names it sees and walks its process tree up to pid 1
+(tests/secret_probe.py): the daemons must be gone when the run ends (each ended with its rollout,
+edge/reaper.py), and no tool sees a secret of the run, in its environment or any ancestor's.
 
 What the trainer trained on is read from inside its Ray worker (tests/batch_probe/sitecustomize.py:
 every batch Agent Lightning hands it, with its response_mask), so the tests check the merge and the
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import secret_probe
 from conftest import ROOT, copy_example
 
 TOOL_EXAMPLE = ROOT / "assets" / "tool_example"
@@ -38,7 +40,6 @@ TRAIN_ROWS, TEST_ROWS, STEPS = 4, 2, 2
 # Per row: a tools.py calculator call and an MCP calculate call whose results' digits appear nowhere else in
 # the rollout, then the answer.
 CALLS = [("8 * 9", "72"), ("6 - 5", "1"), ("3 * 11", "33"), ("2 * 2", "4")]
-SECRETS = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN")
 # Appended to the copied tools.py: the calculator leaves a daemon the usual way, and says what it sees.
 DAEMONIZING = """
 
@@ -65,6 +66,7 @@ def calculator(expression: str) -> str:
         expression: the expression, e.g. "90 / (1/4)"
     \"\"\"
     _leave_a_daemon()
+    _look_around({probe!r} + "/found", "tools.py", attack=False, pipes=False)  # tests/secret_probe.py
     return _exact(expression)
 """
 
@@ -82,7 +84,8 @@ def make_tool_task(root: Path, probe: Path) -> Path:
     servers = json.loads((MCP_EXAMPLE / "agent.json").read_text())["mcp_servers"]
     (task / "agent.json").write_text(json.dumps({**agent, "model_name": "tiny", "max_tokens": 64,
                                                  "mcp_servers": servers}))
-    (task / "tools.py").write_text((task / "tools.py").read_text() + DAEMONIZING.format(probe=str(probe)))
+    (task / "tools.py").write_text((task / "tools.py").read_text() + DAEMONIZING.format(probe=str(probe))
+                                   + secret_probe.source())
     cfg = json.loads((task / "config.json").read_text())
     cfg["data"].update(max_prompt_length=512, dataloader_num_workers=0)
     cfg["trainer"].update(save_freq=-1, test_freq=-1, val_before_train=False)
@@ -241,4 +244,11 @@ def test_a_tools_daemon_ends_with_its_rollout_and_no_tool_sees_the_key(tool_run)
     seen = [json.loads(p.read_text()) for p in tool_run.probe.glob("env-*.json")]
     assert len(seen) == len(daemons)
     for names in seen:
-        assert "EVO_RUN_ID" in names and not set(SECRETS) & set(names), names
+        assert "EVO_RUN_ID" in names and not set(secret_probe.SECRET_NAMES) & set(names), names
+    # ... nor any process up its tree: each call walked to pid 1 through the job (tests/secret_probe.py)
+    reports = secret_probe.reports(tool_run.probe / "found")
+    assert len(reports) == len(daemons)
+    for report in reports:
+        pids = [p["pid"] for p in report["chain"]]
+        assert tool_run.status["pid"] in pids and pids[-1] == 1, pids
+        assert secret_probe.findings(report, {}) == []

@@ -6,11 +6,15 @@ a judge error for an unparsable reply), records the audit, and its key is in no 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import stat
 
 import psutil
 import validate_data
-from agentic_rl.launch import oracle_server
+from agentic_rl import llm_judge
+from agentic_rl.edge import agl
+from agentic_rl.launch import judge_run, oracle_server
 from agentic_rl.runs import run_dir
 from conftest import copy_example, run_script
 from judge_server import JudgeServer
@@ -61,7 +65,8 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
         assert validate_data.main([str(task), "--output-dir", str(out), "--json"]) == 1
         env = json.loads(capsys.readouterr().out)
         audit = env["data"]["judge"]["audit"]
-        assert audit["findings"] == ["injection"] and audit["agreement"]["accuracy"] == 1.0
+        assert audit["findings"] == ["injection"] and audit["agreement"]["accuracy"] == round(48 / 56, 4)
+        assert (audit["agreement"]["worst"], audit["agreement"]["least"]) == ("injection", 0.0)
         assert [c["hint"] for c in env["checks"] if c["status"] == "fail"][0].startswith(
             "say in judge.json's rubric that the response is data to grade")
         audited = len(srv.requests)
@@ -77,10 +82,12 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
         running = wait_for(out, lambda s: s.get("status") in ("running", *run_dir.TERMINAL_STATES))
         judge = running["services"]["judge"]
         assert judge["url"].startswith("http://127.0.0.1:") and "token" not in judge
-        try:  # while it lives: the key is in the judge service's environment only, in no argument
+        try:  # while it lives: the key is in no process's environment (a pipe brought it), in no argument
             gateway = psutil.Process(running["services"]["gateway"]["pid"])
             assert KEY_ENV not in gateway.environ() and key not in " ".join(gateway.cmdline())
-            assert key not in " ".join(psutil.Process(judge["pid"]).cmdline())
+            service = psutil.Process(judge["pid"])
+            assert key not in " ".join(service.cmdline()) and KEY_ENV not in service.environ()
+            assert KEY_ENV not in psutil.Process(running["pid"]).environ()  # nor the job's
         except psutil.NoSuchProcess:
             pass  # over already: what it left is checked below
         st = wait_done(out)
@@ -92,11 +99,12 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
         "judge error: the LLM judge's reply has no <score>N</score>: \"I think this one is rather good.\"")
     assert [by_id[r["id"]]["reward"] for r in (rows[0], rows[2], rows[3])] == [1.0, 1.0, 1.0]
     assert rep["judge_errors"] == 1 and len((out / run_dir.JUDGE_ERRORS_FILE).read_text().splitlines()) == 1
-    # The job's audit came from validate_data's cache: the run paid for its 4 rollouts and the 2 retries only.
-    assert served == 4 + 2
+    # The job's audit asked afresh (never another judge's cache): its 54 answers, the 4 rollouts, the 2 retries.
+    assert served == 54 + 4 + 2
     for record in (rep["judge_audit"], st["judge_audit"]):
         assert record["judge"] == "judge.json" and record["findings"] == [] and record["accepted"] == ["injection"]
-        assert record["allowed"] == ["injection"] and record["service"]["cache_hits"] == 54
+        assert record["allowed"] == ["injection"] and record["service"]["fresh"] == 54
+        assert record["service"]["cache_hits"] == 0
     assert srv.max_in_flight <= 2 and srv.auth == {f"Bearer {key}"}
     log = (out / run_dir.LOGS_DIR / "judge.log").read_text()
     assert '"retries": 2' in log and "I think this one is rather good" in log
@@ -107,3 +115,49 @@ def test_a_rehearsal_scores_through_the_runs_judge_service(tmp_path, run_folders
     assert_run_gone(st)
     leaked = [p for p in (*out.rglob("*"), *task.rglob("*")) if p.is_file() and key.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def test_a_cache_path_that_is_no_file_of_its_own_stops_the_start(tmp_path):
+    """O/judge_cache.jsonl a symbolic link to the task's train.jsonl: refused before anything runs or is written, as
+    validate_data refuses it; train.jsonl and the link are as they were."""
+    key = secrets.token_hex(16)
+    with JudgeServer(key=key) as srv:
+        task = make_task(tmp_path, srv.url)
+        out = tmp_path / "out"
+        out.mkdir()
+        cache, train = out / run_dir.JUDGE_CACHE_FILE, task / "train.jsonl"
+        before = train.read_bytes()
+        cache.symlink_to(train)
+        started = launch(task, out, "--rehearse", env={KEY_ENV: key})
+    assert started.returncode == 1 and f"Error: {cache}: the LLM judge's cache is a symbolic link (to {train})" in \
+        started.stderr and "Hint: nothing there was touched" in started.stderr, started.stderr
+    assert not (out / run_dir.STATUS_FILE).exists() and train.read_bytes() == before and cache.is_symlink()
+
+
+def test_the_runs_judge_service_meets_a_pipe_as_its_cache_and_a_nested_reply(tmp_path, monkeypatch):
+    """The service a run starts (judge_run.start_service), not validate_data: a named pipe at O/judge_cache.jsonl
+    (put there after the start's checks) and a reply nested 100000 deep. Every score is answered at once (the pipe:
+    no cache, said in judge.log; the nested reply: a judge error), and the service stops at SIGTERM."""
+    key = "sk-" + secrets.token_hex(20)
+    with JudgeServer(key=key) as srv:
+        task = make_task(tmp_path, srv.url, timeout_s=5, max_retries=0)  # the agents' wait: 35 s, not a hang
+        out = tmp_path / "out"
+        (out / run_dir.LOGS_DIR).mkdir(parents=True)
+        cache = out / run_dir.JUDGE_CACHE_FILE
+        os.mkfifo(cache)
+        monkeypatch.setenv(KEY_ENV, key)
+        svc = judge_run.start_service(task, out, {})
+        try:
+            client = judge_run.Client(svc, llm_judge.load(task)[0])
+            assert client.score("2+3?", "Answer: 5", "5") == {"reward": 1.0, "reason": None, "cached": False,
+                                                              "attempts": 1}
+            srv.fault_all = "nested"
+            nested = client.score("2+3?", "Answer: 6", "5")
+            assert nested["reward"] == 0.0 and nested["reason"].startswith(
+                "judge error: the LLM judge: the endpoint's answer is JSON nested too deeply to read"), nested
+            assert client.snapshot()["cache_off"] == "is a named pipe" and client.snapshot()["errors"] == 1
+        finally:
+            stopped = agl.stop_service(svc, judge_run.SERVICE_STOP_S)
+    assert stopped == 0 and stat.S_ISFIFO(os.lstat(cache).st_mode)
+    log = (out / run_dir.LOGS_DIR / "judge.log").read_text()
+    assert f"the judge cache {cache} is a named pipe: it is not used" in log and "nested too deeply" in log

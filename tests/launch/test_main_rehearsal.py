@@ -13,8 +13,11 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import socket
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -160,14 +163,23 @@ def test_a_judge_that_raises_or_gives_nan_scores_that_row_zero(example_task, tmp
 # --------------------------------------------------------------------------- 8: loopback and key
 
 
+def gateway_takes(url: str, token: str) -> bool:
+    req = urllib.request.Request(url + "/api/rollouts?limit=1", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=5):
+            return True
+    except urllib.error.HTTPError as exc:
+        return exc.code not in (401, 403)  # 422: the key passed, the query did not
+
+
 def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_path, run_folders):
     out = tmp_path / "out"
     run_folders.append(out)
     launch(example_task, out, "--rehearse", env={oracle_server.ORACLE_DELAY_ENV: "1"})
     st = wait_for(out, lambda s: s.get("status") == "running")
     gateway = psutil.Process(st["services"]["gateway"]["pid"])
-    key = gateway.environ()[agl.KEY_ENV]
-    assert len(key) >= 32 and key not in " ".join(gateway.cmdline())
+    # The key came through a pipe (handover.py): in neither the gateway's environment nor its command line.
+    assert agl.KEY_ENV not in gateway.environ() and f"key=${{oc.env:{agl.KEY_ENV}}}" in gateway.cmdline()
     port = st["services"]["gateway"]["port"]
     listening = [c for c in gateway.net_connections("inet") if c.status == psutil.CONN_LISTEN]
     assert listening and {c.laddr.ip for c in listening} == {"127.0.0.1"}
@@ -185,13 +197,15 @@ def test_gateway_is_loopback_only_and_the_key_is_in_no_file(example_task, tmp_pa
         pass  # reachable on loopback: the checks above would pass vacuously for a dead gateway
     wait_for(out, lambda s: (out / "logs" / "controller.log").exists()
              and "arl_agent rollout=" in (out / "logs" / "controller.log").read_text(), 60)
+    # No file of the run holds the key: no token-like string written there opens the gateway (a wrong key: 401).
+    written = {token for p in out.rglob("*") if p.is_file() and not p.is_symlink()
+               for token in re.findall(rb"[A-Za-z0-9_-]{20,128}", p.read_bytes())}
+    holding = [t for t in written if gateway_takes(st["services"]["gateway"]["url"], t.decode())]
+    assert written and holding == [], f"the key is written in the run folder: {holding}"
     os.kill(st["pid"], signal.SIGTERM)
     final = wait_done(out)
     assert final["status"] == "stopped" and final["exit_code"] == 128 + signal.SIGTERM
     assert "key" not in json.dumps(final["services"])
-    holding = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and not p.is_symlink()
-               and key.encode() in p.read_bytes()]
-    assert holding == [], f"the key is written in {holding}"
     assert "***redacted***" in (out / "resolved_config.yaml").read_text()
     assert_run_gone(final)
     print(f"checked {tried} non-loopback addresses")
@@ -640,3 +654,24 @@ def test_the_rehearsal_cost_is_calibrated_and_counts_model_calls():
     custom = rehearsal.cost(2, 1, 4, 4, "http://127.0.0.1:9/v1", cpus=2,
                             calls_per_rollout=rehearsal.calls_per_rollout({"agent_class": "my:Agent"}))
     assert not custom["model_calls_known"] and "at least 6 calls (a custom agent may make several" in custom["text"]
+
+
+def test_the_start_prints_the_judge_audit_and_warns_of_its_findings(example_task, tmp_path, run_folders):
+    """The audit the job runs at its start was only in training.log and check_status: start_training.sh shows it."""
+    out = tmp_path / "out"
+    run_folders.append(out)
+    started = launch(example_task, out, "--rehearse")
+    assert started.returncode == 0, started.stderr
+    assert "judge audit (judge.py): 6 probes on 16 rows: none scores near the oracle" in started.stdout, started.stdout
+    assert "the judge may pay" not in started.stderr
+    wait_done(out)
+    (example_task / "judge.py").write_text("def compute_reward(response, ground_truth, metadata):\n"
+                                           "    return 1.0 if response.strip() else 0.0  # pays any answer\n")
+    out2 = tmp_path / "out2"
+    run_folders.append(out2)
+    started = launch(example_task, out2, "--rehearse")
+    assert started.returncode == 0, started.stderr
+    assert "FINDINGS (the judge pays them as much as the oracle): " in started.stdout, started.stdout
+    assert "Warning: the judge may pay answers that do not solve the task" in started.stderr
+    assert f"python scripts/validate_data.py {example_task}" in started.stderr and "--allow-probe NAME" in started.stderr
+    wait_done(out2)

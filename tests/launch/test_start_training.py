@@ -82,6 +82,19 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
     assert stop(out).returncode == 0
 
 
+def test_the_job_is_detached_from_whoever_started_it(example_task, tmp_path, runs, capsys):
+    """The launcher's process (and the shell above it, whose environment holds what the user exported: an LLM
+    judge's API key) is never an ancestor of the job, so never of a rollout's tools, even while it waits."""
+    out = tmp_path / "out"
+    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"]) == 0
+    st = status(out)
+    runs.append(st["run_id"])
+    job = psutil.Process(st["pid"])
+    assert os.getpid() not in [p.pid for p in job.parents()], "the job is a child of the process that started it"
+    assert os.getpgid(job.pid) == job.pid == os.getsid(job.pid)
+    assert stop(out).returncode == 0
+
+
 def test_a_job_that_dies_at_once_is_reported_with_its_log(example_task, tmp_path, runs):
     (example_task / "test.jsonl").unlink()
     out = tmp_path / "evo-out"  # no --output-dir: $EVO_OUTPUT_DIR

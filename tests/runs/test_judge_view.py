@@ -41,3 +41,14 @@ def test_an_accepted_finding_is_shown_not_flagged_and_a_damaged_record_is_absent
         assert judge_view.view(damaged) is None
     assert judge_view.line(judge_view.view({"judge": "judge.json", "error": "no answer was scored"})) == \
         "judge.json: the audit could not run: no answer was scored"
+
+
+def test_an_llm_judges_agreement_names_the_answer_it_misjudges():
+    """A judge that obeys the injection passes 6 kinds of answer in 7 right: 86 % overall hides a 0 % (issue 41)."""
+    agreement = {"threshold": 0.5, "oracle_passed": 16, "oracle_rows": 16, "wrong_rejected": 80, "wrong_rows": 96,
+                 "accuracy": 0.8571, "worst": "injection", "least": 0.0}
+    gullible = {**FOUND, "judge": "judge.json", "findings": ["injection"], "warnings": [], "agreement": agreement}
+    assert judge_view.line(judge_view.view(gullible)).endswith(
+        "; agrees with the labels on 86% of the audit's answers, on injection only 0%")
+    sound = {**gullible, "findings": [], "agreement": {**agreement, "accuracy": 1.0, "least": 1.0, "worst": "oracle"}}
+    assert judge_view.line(judge_view.view(sound)).endswith("; agrees with the labels on 100% of the audit's answers")

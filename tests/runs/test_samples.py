@@ -15,7 +15,7 @@ import check_status
 import pytest
 from agentic_rl import cli
 from agentic_rl.edge import agl, procs
-from agentic_rl.launch import oracle_server
+from agentic_rl.launch import job_config, oracle_server
 from agentic_rl.runs import run_health, sample_reader, samples
 from conftest import run_script
 from rehearsal_runs import cut_rows, launch, log_text, wait_done
@@ -123,21 +123,24 @@ class TwoTurns:
 
 def test_training_collector_reads_a_custom_agents_rollouts_from_the_gateway(tmp_path):
     """The reader training_job runs beside run_ppo, on a real gateway + controller whose agent is the user's
-    own class: samples come from the gateway's records, the agent does nothing for them."""
+    own class (run as the job runs it, through TaskFolderAgent: it reads AGL_KEY from os.environ, as the agent
+    contract says, though the key came through a pipe): samples come from the gateway's records, the agent does
+    nothing for them."""
     pkg = tmp_path / "user_agent"
     pkg.mkdir()
     (pkg / "two_turns.py").write_text(textwrap.dedent(CUSTOM_AGENT))
     out, run_id = tmp_path / "out", f"test-collector-{os.getpid()}"
     questions = {"q-a": "two plus two", "q-b": "three plus three", "q-c": "four plus four", "q-d": "five"}
     oracle = oracle_server.OracleServer({"sure?": "yes, sure"}).start()
-    env = agl.service_env(run_id, agl.new_key(), {"PYTHONPATH": os.pathsep.join([str(pkg), str(cli.SCRIPTS_DIR)])})
+    env = agl.service_env(run_id, agl.new_key(), {"PYTHONPATH": str(cli.SCRIPTS_DIR), "ARL_INPUT_DIR": str(pkg),
+                                                   "ARL_AGENT_CLASS": "two_turns:TwoTurns"})
     gateway = controller = None
     try:
         gateway = agl.start_gateway(out / "logs", "m", env)
         controller = agl.start_controller(out / "logs", gateway, {"maximum_size": 4, "poll_interval": 0.25}, env)
         client = agl.Client(gateway.url, env[agl.KEY_ENV])
         client.register_model("m", oracle.url)
-        config = {"timeout_seconds": 60, "local": {"agent_class": "two_turns:TwoTurns",
+        config = {"timeout_seconds": 60, "local": {"agent_class": job_config.TASK_FOLDER_AGENT,
                                                    "env_map": {"ARL_ROW": "input.arl_row"}}}
         created = [{"input": {"arl_row": json.dumps({"id": rid, "question": q, "judge_fails": rid == "q-d"})},
                     "is_train": rid in ("q-c", "q-d"), "config": config, "rollout_id": f"r-{rid}"}
@@ -317,7 +320,7 @@ def test_samples_doctest_and_the_agent_does_not_import_it():
                           env={**os.environ, "PYTHONPATH": str(cli.SCRIPTS_DIR)})
     assert proc.stdout.strip() == ("['agentic_rl', 'agentic_rl.agents', 'agentic_rl.agents.kit', 'agentic_rl.agents.mcp_client', 'agentic_rl.agents.template', "
                                    "'agentic_rl.agents.tool_agent', 'agentic_rl.agents.toolbox', 'agentic_rl.cli', "
-                                   "'agentic_rl.files', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.task', "
+                                   "'agentic_rl.files', 'agentic_rl.handover', 'agentic_rl.runs', 'agentic_rl.runs.run_dir', 'agentic_rl.task', "
                                    "'agentic_rl.untrusted']")
 
 

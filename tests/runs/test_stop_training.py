@@ -279,3 +279,63 @@ def test_a_stop_whose_exception_python_dropped_still_stops(who):
     else:
         assert proc.returncode == 3 and f"interrupted by {int(signal.SIGTERM)} stopping True" in proc.stdout, \
             proc.stdout + proc.stderr
+
+
+DETACHING_SERVER = '''
+import os
+from mcp.server.fastmcp import FastMCP
+
+mcp = FastMCP("detacher")
+
+
+@mcp.tool()
+def leave_daemon() -> int:
+    """Start a helper that detaches the daemon way (double fork, setsid, a clean environment); its pid."""
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            os.execve("/bin/sleep", ["sleep", "300"], {})
+        os._exit(0)
+    os.wait()
+    return int(os.read(read, 32))
+
+
+mcp.run("stdio")
+'''
+
+
+def test_force_ends_what_an_mcp_server_detached(tmp_path, example_task, runs):
+    """stop_training --force on a run whose MCP server left a daemon with a clean environment (no run id to find
+    it by): the daemon is the run's, in the tree of the run's MCP hub, and must end with the run."""
+    from agentic_rl.agents import mcp_client
+    from agentic_rl.edge import agl, mcp_hub
+
+    out, run_id = tmp_path / "out", f"run-mcp-force-{os.getpid()}"
+    out.mkdir()
+    task = tmp_path / "mcp_task"
+    task.mkdir()
+    (task / "server.py").write_text(DETACHING_SERVER)
+    (task / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
+        "detacher": {"command": "python", "args": ["server.py"]}}}))
+    token = agl.new_key()
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS), mcp_hub.TOKEN_ENV: token, "EVO_RUN_ID": run_id,
+           run_dir.RUN_DIR_ENV: str(out)}
+    runs.append(run_id)
+    hub = mcp_hub.start(out, task, env, ("", token))
+    daemon = None
+    try:
+        record(out, hub.proc.pid, run_id, task)  # the hub stands in for the job: it carries the run's id and folder
+        tools = {t["name"]: t for t in mcp_client.list_tools((hub.url, token))}
+        daemon = int(mcp_client.call((hub.url, token), tools["leave_daemon"], {}, 10)[0])
+        assert psutil.pid_exists(daemon) and "EVO_RUN_ID" not in psutil.Process(daemon).environ()
+        proc = stop(out, "--force", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        hub.proc.wait(timeout=10)
+        wait_for(lambda: not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE,
+                 "the daemon the MCP server detached to end", 10)
+    finally:
+        if daemon and psutil.pid_exists(daemon):
+            os.kill(daemon, signal.SIGKILL)
+        agl.stop_service(hub, 5.0)

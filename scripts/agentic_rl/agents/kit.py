@@ -14,16 +14,18 @@ A custom agent (agent.json `agent_class`) is about 20 lines with it (references/
             return reply.get("content") or ""
 
 kit.main builds a Rollout from the environment the controller sets (ARL_ROW, ARL_INPUT_DIR,
-AGL_OPENAI_BASE_URL, AGL_KEY, AGL_EVENT_URL...), calls solve, scores its answer with judge.py
-(in a forked child: a judge that exits or crashes is a judge error, reward 0) and posts ONE
-`reward` event whose data says what happened:
+AGL_OPENAI_BASE_URL, AGL_EVENT_URL...) and the secrets it hands over through a pipe (AGL_KEY...),
+calls solve, scores its answer with judge.py (in a forked child: a judge that exits or crashes is a
+judge error, reward 0) and posts ONE `reward` event whose data says what happened:
 
     {"value": 1.0, "reason": null | "why the reward is 0", "failure": null | "model_endpoint" |
      "judge" | "tool" | "agent", "model_calls": 3, "tool_calls": 2, "tool_errors": 0, "turns": 3,
      "max_turns_hit": false, "latency_s": 0.41, "source": "agent"}
 
-The run's key (AGL_KEY, and the services' ARL_AGL_KEY) and the MCP hub's token are taken out of the
-process's environment once the Rollout has read them, so tools, their children and the judge never see
+The run's secrets (the gateway's key AGL_KEY, the MCP hub's token, the judge service's URL and token)
+never are in the agent process's exec'd environment (/proc/PID/environ, which a tool could read): the
+controller hands them over through a pipe (handover.py), Rollout.from_env reads it into os.environ and
+takes them out again once the Rollout has read them, so tools, their children and the judge never see
 them (agent.json `pass_env` names one to keep). kit.main makes the agent process a child subreaper
 (edge/reaper.py) and ends every process still below it when the rollout ends: a tool's daemon (double
 fork, setsid, a clean environment) does not outlive its rollout.
@@ -48,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import cli, task
+from agentic_rl import cli, handover, task
 from agentic_rl.runs import run_dir
 
 DEFAULT_MAX_TOKENS = 1024
@@ -61,8 +63,10 @@ FAILURE_AGENT = "agent"
 MODEL_CALL_FAILED = "model call failed"  # the start of the bundled agents' reason when a model call fails
 JUDGE_ERROR = "judge error"
 KEY_ENV = "AGL_KEY"
-# What only the agent may read: the gateway's key (and the services' copy of it), the MCP hub's token.
-SECRET_ENV = ("AGL_KEY", "ARL_AGL_KEY", "ARL_MCP_TOKEN")
+# What only the agent may read: the gateway's key (and the services' copy of it), the MCP hub's token, the
+# judge service's URL and token. The controller hands them over through a pipe (handover.py), never the
+# environment, and the agent keeps them in memory only (Rollout.from_env).
+SECRET_ENV = handover.SECRET_NAMES
 MCP_URL_ENV, MCP_TOKEN_ENV = "ARL_MCP_URL", "ARL_MCP_TOKEN"
 
 
@@ -128,16 +132,22 @@ def _score_here(input_dir: str, response: str, row: dict, trajectory: list | Non
 JUDGE_URL_ENV, JUDGE_TOKEN_ENV, JUDGE_WAIT_ENV = "ARL_JUDGE_URL", "ARL_JUDGE_TOKEN", "ARL_JUDGE_WAIT_S"
 
 
-def score_llm(url: str, input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
-    """The run's judge service scores the answer (judge.json): one request to 127.0.0.1; the service holds the
-    run's concurrency cap, retries and cache. A service that does not answer is a judge error too."""
+def judge_service(env: Any) -> tuple[str, str] | None:
+    """(the run's judge service URL, its token) from an environment, or None without an LLM judge."""
+    return (env[JUDGE_URL_ENV], env.get(JUDGE_TOKEN_ENV, "")) if env.get(JUDGE_URL_ENV) else None
+
+
+def score_llm(judge: tuple[str, str], input_dir: str, response: str, row: dict) -> tuple[float, str | None]:
+    """The run's judge service (URL, token) scores the answer (judge.json): one request to 127.0.0.1; the service
+    holds the run's concurrency cap, retries and cache. A service that does not answer is a judge error too."""
+    url, token = judge
     try:
         with open(os.path.join(input_dir, "task.goal"), encoding="utf-8") as fh:
             prompt = task.render_template(fh.read(), row)
         wait = float(os.environ.get(JUDGE_WAIT_ENV) or DEFAULT_TIMEOUT_S)
         answer = post_json(url.rstrip("/") + "/score", {"prompt": prompt, "response": response,
                                                        "ground_truth": row.get("ground_truth")},
-                           os.environ.get(JUDGE_TOKEN_ENV, ""), wait)
+                           token, wait)
         reward, reason = answer.get("reward"), answer.get("reason")
     except (OSError, urllib.error.URLError, ValueError, AttributeError) as exc:
         return 0.0, f"{JUDGE_ERROR}: the run's judge service did not answer: {type(exc).__name__}: {exc}"[:500]
@@ -149,16 +159,19 @@ def score_llm(url: str, input_dir: str, response: str, row: dict) -> tuple[float
         return 0.0, f"{JUDGE_ERROR}: {exc}"
 
 
-def score(input_dir: str, response: str, row: dict, trajectory: list | None = None) -> tuple[float, str | None]:
+def score(input_dir: str, response: str, row: dict, trajectory: list | None = None,
+          judge: tuple[str, str] | None = None) -> tuple[float, str | None]:
     """(reward, reason): reason is None when the judge gave a number, else why the reward is 0.
 
-    With an LLM judge (judge.json: the job sets ARL_JUDGE_URL) the run's judge service scores it.
+    With an LLM judge (judge.json: the rollout's `judge`, the service's URL and token; by default
+    ARL_JUDGE_URL and ARL_JUDGE_TOKEN of os.environ) the run's judge service scores it.
     Else judge.py runs in a forked child that sends its answer back through a pipe: a judge that
     calls os._exit, kills itself or crashes in C ends that child, not this rollout, and is a
     judge error with the way it ended (a fork costs about a millisecond). A judge whose
     compute_reward takes a `trajectory` parameter gets the rollout's messages there."""
-    if os.environ.get(JUDGE_URL_ENV):
-        return score_llm(os.environ[JUDGE_URL_ENV], input_dir, response, row)
+    judge = judge or judge_service(os.environ)
+    if judge:
+        return score_llm(judge, input_dir, response, row)
     result, status = in_fork(lambda: _score_here(input_dir, response, row, trajectory))
     if result is not None:
         reward, reason = result
@@ -236,6 +249,7 @@ class Rollout:
         self.key, self.event_url = env.get(KEY_ENV, ""), env["AGL_EVENT_URL"]
         # The run's MCP hub (edge/mcp_hub.py), when the task declares servers: (url, token).
         self.mcp = (env[MCP_URL_ENV], env.get(MCP_TOKEN_ENV, "")) if env.get(MCP_URL_ENV) else None
+        self.judge = judge_service(env)  # the run's judge service (an LLM judge): (url, token)
         self.id = rollout_id(self.event_url)
         self.input_dir, self.output_dir = env["ARL_INPUT_DIR"], env.get("ARL_OUTPUT_DIR", "")
         self.row: dict = json.loads(env["ARL_ROW"])
@@ -249,8 +263,10 @@ class Rollout:
 
     @classmethod
     def from_env(cls, env: Any = None) -> Rollout:
-        """The rollout of this process (env None: os.environ, whose secrets are then taken out: see
-        hide_secrets) or of the mapping given."""
+        """The rollout of this process (env None: os.environ and the secrets the controller handed over through
+        a pipe, which are then taken out of os.environ: see hide_secrets) or of the mapping given."""
+        if env is None:
+            handover.receive_into_environ()
         r = cls(os.environ if env is None else env)
         if env is None:
             hide_secrets(r.agent.get("pass_env") or ())
@@ -286,7 +302,7 @@ class Rollout:
     def score(self, response: str, trajectory: list | None = None) -> tuple[float, str | None]:
         """judge.py on the answer (in a forked child), or the run's LLM judge; a judge error is logged to
         O/judge_errors.jsonl."""
-        reward, reason = score(self.input_dir, response, self.row, trajectory)
+        reward, reason = score(self.input_dir, response, self.row, trajectory, self.judge)
         if reason and self.output_dir:
             log_judge_error(self.output_dir, self.id, self.row, reason)
         return reward, reason
@@ -306,8 +322,9 @@ class Rollout:
 
 
 def hide_secrets(keep: Any = ()) -> list[str]:
-    """Take the run's secrets out of this process's environment (tools, their children and the judge start
-    from it), except the names agent.json's pass_env lists. Returns the names taken out."""
+    """Take the run's secrets out of os.environ (tools, their children and the judge start from it), except the
+    names agent.json's pass_env lists. Returns the names taken out. They came through a pipe, so the process's
+    /proc/PID/environ never held them (handover.py)."""
     keep = set(keep) if isinstance(keep, (list, tuple)) else set()
     return [name for name in SECRET_ENV if name not in keep and os.environ.pop(name, None) is not None]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-from agentic_rl import cli, task
+from agentic_rl import cli, handover, task
 from agentic_rl.agents import kit
 
 AGENT_CLASS_ENV = "ARL_AGENT_CLASS"
@@ -66,6 +66,9 @@ class TaskFolderAgent:
 
         from agentic_rl.edge import reaper
 
+        # The secrets the controller handed over through a pipe, into os.environ (this process's memory only,
+        # never its /proc/PID/environ) before any code of the user's runs: AGL_KEY where the contract says.
+        handover.receive_into_environ()
         reaper.become_subreaper()  # what the agent's tools start ends with the rollout, as under kit.main
         result = None
         try:

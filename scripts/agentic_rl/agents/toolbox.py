@@ -26,7 +26,8 @@ kernel ends it; the agent ends it too when even that does not come (the tool blo
 the next call starts a fresh worker. Isolation "process" forks a child per call (no state kept);
 "thread" runs the call in a thread of the agent's process, which cannot stop a tool holding the
 GIL (kept for tools that must share the agent's process). bench/tool_bench.py measures each.
-Tools never see the run's key: kit.Rollout takes it out of the environment first.
+Tools never see the run's secrets: they reach the agent through a pipe, never its exec'd environment (which a
+tool could read in /proc/PPID/environ), and kit.Rollout takes them out of os.environ before any tool runs.
 """
 
 from __future__ import annotations

@@ -169,8 +169,9 @@ def model_folder(name: str) -> tuple[Path | None, dict | None]:
         return path, None
 
 
-def parser_checks(cfg: dict, agent: dict, why: str, model_config: dict | None) -> list[Check]:
-    """Tool-call parsing in the training vLLM: on, with a parser that fits the model family."""
+def parser_checks(cfg: dict, agent: dict, why: str, model_config: dict | None, checked: bool = False) -> list[Check]:
+    """Tool-call parsing in the training vLLM: on, with a parser that fits the model family. checked: the model's own
+    template was rendered and parsed (checks/template_checks.py): that says whether the parser fits, not the family."""
     where = "config.json"
     auto, parser = config_values.effective(cfg, AUTO_TOOL_KEY), config_values.effective(cfg, PARSER_KEY)
     model_type = (model_config or {}).get("model_type")
@@ -188,6 +189,8 @@ def parser_checks(cfg: dict, agent: dict, why: str, model_config: dict | None) -
                          f"{' and '.join(missing)} not set, so the model's tool calls never reach the agent",
                          f"set {AUTO_TOOL_KEY}: true and {PARSER_KEY}: {json.dumps(value)} (fits {source})",
                          missing[0]))
+    elif checked:
+        pass
     elif fits and parser != fits:
         out.append(Check(where, "fail", f"{PARSER_KEY} is {json.dumps(parser)}, but {source} needs "
                          f"{json.dumps(fits)}: vLLM would not recognise the model's tool calls",
@@ -208,10 +211,12 @@ def lengths(get: Callable[[str], Any], multi: bool) -> tuple[tuple[str, str], An
     return keys, get(keys[0]), get(keys[1])
 
 
-def context_check(limit: int | None, get: Callable[[str], Any], multi: bool) -> dict:
-    """model_files.context_check on the lengths that count for this agent (check_model, validate_data, the job)."""
+def context_check(limit: int | None, get: Callable[[str], Any], multi: bool, rebuild: str | None = None) -> dict:
+    """model_files.context_check on the lengths that count for this agent (check_model, validate_data, the job);
+    rebuild: a tiny model's make_tiny_model command (model_files.tiny_rebuild)."""
     keys, prompt, response = lengths(get, multi)
-    return model_files.context_check(limit, prompt, response, get(model_files.CONTEXT_KEYS[2]), names=keys)
+    return model_files.context_check(limit, prompt, response, get(model_files.CONTEXT_KEYS[2]), names=keys,
+                                     rebuild=rebuild)
 
 
 def task_is_multi_call(config_file: str | os.PathLike) -> bool:
@@ -242,11 +247,11 @@ def template_rewrites_turns(folder: Path) -> bool:
     return any("</think>" in t and ("split(" in t or "reasoning_content" in t) for t in texts if isinstance(t, str))
 
 
-def model_checks(cfg: dict, agent: dict, why: str) -> list[Check]:
+def model_checks(cfg: dict, agent: dict, why: str, parser_checked: bool = False) -> list[Check]:
     """Context length, tool parsing and chat template of a multi-call task; warnings when the model's folder
-    is not on disk yet."""
+    is not on disk yet. parser_checked: template_checks read the template's calls with the parser."""
     folder, model_config = model_folder(agent["model_name"])
-    checks = parser_checks(cfg, agent, why, model_config)
+    checks = parser_checks(cfg, agent, why, model_config, parser_checked)
     get = lambda key: config_values.effective(cfg, key)  # noqa: E731
     if folder is None:
         checks.append(Check("agent.json", "warn", f"model {agent['model_name']} is not on disk here: the context "
@@ -254,7 +259,8 @@ def model_checks(cfg: dict, agent: dict, why: str) -> list[Check]:
                             "check_model.py --model NAME --config config.json checks them once it is here",
                             "agent.json:model_name"))
         return checks
-    result = context_check(model_files.max_position_embeddings(model_config or {}), get, True)
+    result = context_check(model_files.max_position_embeddings(model_config or {}), get, True,
+                           model_files.tiny_rebuild(folder, model_config))
     if result["status"] == "fail":
         checks.append(Check("config.json", "fail", f"{result['message']} (a rollout's calls are merged into one "
                             "training row)", result["hint"], result["keys"][0]))

@@ -17,9 +17,13 @@ own is the empty answer (a judge that pays the format alone, above nothing).
     >>> [(e["probe"], e["status"]) for e in audit["probes"]], audit["findings"]
     ([('empty', 'ok'), ('format_only', 'fail')], ['format_only'])
 
-With labels (every row's ground truth), `agreement` says how often the judge agrees with them: the share
-of rows whose oracle it passes (above the middle of [lo, hi]) and of rows whose wrong answer
-(format_only) it fails; what decides whether to trust an LLM judge before training.
+With labels (every row's ground truth), `agreement` says how often the judge agrees with them on every
+answer the audit scored: the oracle is a right answer, to pass (a reward above the middle of [lo, hi]);
+each probe but the warn-only ones (no_tool holds the right answer, as does echo_prompt when the template
+shows it) is a wrong one, to fail. Per row the probe's best variant counts, as the policy would find
+it. It gives the share over all of them, and the oracle's and each probe's own, since one probe the
+judge always passes (an injection it obeys) hides in a high overall share: the agreement check warns
+when any one of them is under 80 %. What decides whether to trust an LLM judge before training.
 """
 
 from __future__ import annotations
@@ -128,7 +132,7 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
                  "rows": len(plans),
                  # against labels only: a row whose ground_truth is null (an open-ended task) has none
                  "agreement": agreement({i: k for i, k in rows.items() if plans[i].get("ground_truth") is not None},
-                                        lo, hi)}
+                                        lo, hi, [p for p in PROBES if p not in warn_only])}
     for probe in PROBES:
         scored = [i for i, k in rows.items() if probe in k and i in oracle]
         if not scored:
@@ -162,21 +166,34 @@ def analyse(plans: list[dict], calls: list[dict], allowed: tuple[str, ...] | lis
     return out
 
 
-def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float) -> dict | None:
-    """How often the judge agrees with the labels: it passes the oracle (a reward above the middle of the
-    range seen) and fails the wrong answer (format_only). None when there is no range to split."""
+def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float, wrong: list[str] | None = None) -> dict | None:
+    """How often the judge agrees with the labels on every answer the audit scored: it passes the oracle (a
+    reward above the middle of the range seen) and fails each wrong answer (the probes named in `wrong`:
+    every probe but the warn-only ones). None when there is no range to split.
+
+    >>> a = agreement({0: {"oracle": 1.0, "empty": 0.0, "injection": 1.0}}, 0.0, 1.0, ["empty", "injection"])
+    >>> a["accuracy"], a["wrong_rejected"], a["wrong_rows"], a["worst"], a["least"]
+    (0.6667, 1, 2, 'injection', 0.0)
+    """
     if hi <= lo:
         return None
     middle = lo + (hi - lo) / 2
     oracle = [k[ORACLE] for k in rows.values() if ORACLE in k]
-    wrong = [k["format_only"] for k in rows.values() if "format_only" in k]
-    if not oracle or not wrong:
+    probes: dict[str, dict] = {}
+    for probe in (wrong if wrong is not None else [p for p in PROBES if p not in WARN_ONLY]):
+        scores = [k[probe] for k in rows.values() if probe in k]
+        if scores:
+            probes[probe] = {"rejected": sum(r <= middle for r in scores), "rows": len(scores)}
+    if not oracle or not probes:
         return None
     passed = sum(r > middle for r in oracle)
-    rejected = sum(r <= middle for r in wrong)
+    rejected, wrong_rows = sum(p["rejected"] for p in probes.values()), sum(p["rows"] for p in probes.values())
+    shares = {ORACLE: passed / len(oracle), **{p: v["rejected"] / v["rows"] for p, v in probes.items()}}
+    worst = min(shares, key=lambda name: shares[name])  # the first of the lowest: the oracle, then the probes' order
     return {"threshold": round(middle, 6), "oracle_passed": passed, "oracle_rows": len(oracle),
-            "wrong_rejected": rejected, "wrong_rows": len(wrong),
-            "accuracy": round((passed + rejected) / (len(oracle) + len(wrong)), 4)}
+            "wrong_rejected": rejected, "wrong_rows": wrong_rows, "probes": probes,
+            "accuracy": round((passed + rejected) / (len(oracle) + wrong_rows), 4),
+            "worst": worst, "least": round(shares[worst], 4)}
 
 
 def _rows_text(entry: dict) -> str:
@@ -219,18 +236,26 @@ def audit_checks(audit: dict, name: str = "judge.py", llm: bool = False) -> list
 
 
 def agreement_check(audit: dict, name: str = "judge.json", least: float = 0.8) -> list[Check]:
-    """An LLM judge against the labels: ok with its accuracy, a warning below `least`."""
+    """An LLM judge against the labels: ok when it passes the oracle and fails each probe on `least` of the rows
+    or more, else a warning naming the answers it misjudges."""
     a = audit.get("agreement")
     if not a:
         return []
-    message = (f"the judge agrees with the labels on {a['accuracy']:.0%} of answers: it passes "
-               f"{a['oracle_passed']} of {a['oracle_rows']} right answers and fails {a['wrong_rejected']} of "
-               f"{a['wrong_rows']} wrong ones")
-    if a["accuracy"] >= least:
+    message = (f"the judge agrees with the labels on {a['accuracy']:.0%} of the audit's {a['oracle_rows'] + a['wrong_rows']} "
+               f"answers: it passes {a['oracle_passed']} of {a['oracle_rows']} right ones (the oracle) and fails "
+               f"{a['wrong_rejected']} of {a['wrong_rows']} wrong ones (the probes: "
+               + ", ".join(f"{p} {v['rejected']}/{v['rows']}" for p, v in a["probes"].items()) + ")")
+    if a["least"] >= least:
         return [Check(name, "ok", message, where=name, details={"agreement": a})]
-    return [Check(name, "warn", message + ": do not train on it as it is",
-                  "make the rubric say what a right answer is (compare with the reference answer), or use a stronger "
-                  "judge model; validate again to see the agreement move", name, {"agreement": a})]
+    missed = [p for p, v in a["probes"].items() if v["rejected"] < least * v["rows"]]
+    told = ([f"fails the right answer on {a['oracle_rows'] - a['oracle_passed']} of {a['oracle_rows']} rows"]
+            if a["oracle_passed"] < least * a["oracle_rows"] else []) + \
+        [f"passes {p} on {a['probes'][p]['rows'] - a['probes'][p]['rejected']} of {a['probes'][p]['rows']} rows"
+         for p in missed]
+    return [Check(name, "warn", message + f"; it {', '.join(told)}: do not train on it as it is",
+                  "make the rubric say what a right answer is (compare with the reference answer) and what earns 0 "
+                  "(each probe's hint says how), or use a stronger judge model; validate again to see the agreement "
+                  "move", name, {"agreement": a})]
 
 
 def summary(audit: dict, judge: str, allowed: list[str] | tuple[str, ...] = ()) -> dict:

@@ -1,12 +1,15 @@
 """validate_data's checks of an LLM judge (judge.json, llm_judge.py): its fields, its key, its endpoint
-(exit 3 when it does not answer), then the judge audit through an in-process judge service
-(edge/judge_service.py: the run's concurrency cap, retries and cache file), with the judge's agreement
-with the labels: what tells a user whether to trust it before training.
+(exit 3 when it does not answer), its cache file (a link, a folder or a pipe there: exit 1, nothing
+touched), then the judge audit through an in-process judge service (edge/judge_service.py: the run's
+concurrency cap, retries and cache file), with the judge's agreement with the labels: what tells a user
+whether to trust it before training. The audit asks every answer afresh: it is never answered from the
+cache (another judge may have filled it behind the same URL and model).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from pathlib import Path
 
 from agentic_rl import cli, llm_judge
@@ -50,20 +53,51 @@ def endpoint_check(spec: dict, key: str | None) -> list[Check]:
 
 
 def score_rows(service, plans: list[dict], settings: dict, workers: int) -> list[dict]:
-    """Every row's audit calls through the service, `workers` rows at a time (the service caps the endpoint)."""
+    """Every row's audit calls through the service, each asked afresh, `workers` rows at a time (the service caps
+    the endpoint). The workers are daemon threads and a signal (Terminated) closes the service: SIGTERM ends
+    validate_data at once, whatever the endpoint is doing."""
     injection = f"{judge_audit.INJECTION}\n<score>{service.spec['max_score']:g}</score>"  # in the judge's own format
+    results: list[list[dict]] = [[] for _ in plans]
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    for i in range(len(plans)):
+        todo.put(i)
+    failed: list[BaseException] = []
 
     def row(i: int) -> list[dict]:
         plan = plans[i]
 
         def score(response: str, _trajectory: list) -> tuple[float | None, str | None]:
-            out = service.score(plan["prompt"], response, plan["ground_truth"])
+            out = service.score(plan["prompt"], response, plan["ground_truth"], fresh=True)
             return (out["reward"], None) if out["reason"] is None else (None, out["reason"])
 
         return [e for e in judge_audit.run_row(i, plan, settings, score, injection) if e["event"] == "call"]
 
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        return [call for calls in pool.map(row, range(len(plans))) for call in calls]
+    def work() -> None:
+        while not failed:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = row(i)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                failed.append(exc)
+
+    threads = [threading.Thread(target=work, name=f"judge-audit-{n}", daemon=True)
+               for n in range(max(1, min(workers, len(plans))))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()  # a signal's handler runs here, in the main thread
+    except BaseException:
+        close = getattr(service, "close", None)
+        if close is not None:
+            close()
+        raise
+    if failed:
+        raise failed[0]
+    return [call for calls in results for call in calls]
 
 
 def audit(input_dir: Path, spec: dict, key: str | None, samples: list[tuple[str, dict]], script: dict | None,
@@ -75,7 +109,11 @@ def audit(input_dir: Path, spec: dict, key: str | None, samples: list[tuple[str,
 
     service = scorer or judge_service.JudgeService(spec, key, cache)
     plans, settings = judge_probe.task_plans(input_dir, samples, script, schemas)
-    calls = score_rows(service, plans, settings, spec["max_concurrency"])
+    try:
+        calls = score_rows(service, plans, settings, spec["max_concurrency"])
+    finally:
+        if scorer is None:
+            service.close()
     result = {"type": "llm", "model": spec["model"], "base_url": spec["base_url"], "rows": len(plans),
               "oracle_file": any(str(row.get("id")) in (script or {}) for _, row in samples),
               **judge_findings.summarize_calls(plans, calls), "service": service.snapshot(),
@@ -97,14 +135,44 @@ def audit(input_dir: Path, spec: dict, key: str | None, samples: list[tuple[str,
                             f"0 in a run); first on {first['row']} ({first['kind']} response): {first['message']}",
                             "make the rubric ask for <score>N</score> plainly, or raise max_retries/timeout_s for a "
                             "busy endpoint", NAME, {"first_error": first}))
-    checks.append(Check(NAME, "ok", f"{spec['model']}: {result['calls']} answers on {len(plans)} rows "
-                        f"({stats['cache_hits']} from the cache, {stats['endpoint_calls']} requests, "
-                        f"{stats['retries']} retries, at most {stats['max_in_flight']} at once): p50 "
-                        f"{result.get('p50_ms', 0):g} ms", where=NAME))
+    checks.append(Check(NAME, "ok", f"{spec['model']}: {result['calls']} answers on {len(plans)} rows, all asked afresh "
+                        f"({stats['endpoint_calls']} requests, {stats['retries']} retries, at most "
+                        f"{stats['max_in_flight']} at once): p50 {result.get('p50_ms', 0):g} ms", where=NAME))
+    checks += cache_checks(stats, cache)
     checks.append(judge_probe.oracle_check(result, NAME))
     found = judge_findings.analyse(plans, calls, allowed, settings)
     checks += judge_findings.audit_checks(found, NAME, llm=True) + judge_findings.agreement_check(found, NAME)
     return checks, result, found
+
+
+def cache_problem(cache: Path) -> Check | None:
+    """A fail when the cache's path is not a regular file of its own (a link, a folder, a pipe): never used."""
+    from agentic_rl.edge import judge_cache
+
+    why = judge_cache.problem(cache)
+    if why is None:
+        return None
+    return Check(NAME, "fail", f"the LLM judge's cache {why}: it is never written or read through anything but a "
+                 "file of its own", cache_hint(cache), str(cache), {"field": "cache"})
+
+
+def cache_hint(cache: Path) -> str:
+    return (f"nothing there was touched; move it out of the way (e.g. mv {cache} {cache}.moved), or pass another "
+            "--output-dir, or set \"cache\": false in judge.json")
+
+
+def cache_checks(stats: dict, cache: Path | None) -> list[Check]:
+    """Warnings when the cache was not used (its path changed under the audit) or held another judge's answers."""
+    found = []
+    if stats.get("cache_off"):
+        found.append(Check(NAME, "warn", f"the LLM judge's cache {stats['cache_off']}: the judge's answers were not cached",
+                           cache_hint(cache), str(cache)))
+    if stats.get("cache_stale"):
+        found.append(Check(NAME, "warn", f"the LLM judge's cache: {stats['cache_stale']}",
+                           "nothing to do if you changed the judge (its older answers are no longer used; delete the "
+                           "file to drop them); a judge that samples (temperature > 0) is better run with "
+                           "\"cache\": false", str(cache)))
+    return found
 
 
 def checks(input_dir: Path, samples: list[tuple[str, dict]], script: dict | None, schemas: list[dict] | None,
@@ -118,6 +186,9 @@ def checks(input_dir: Path, samples: list[tuple[str, dict]], script: dict | None
     if any(c.status == "fail" for c in found):
         return found, data
     if cache is not None and spec["cache"]:
+        bad = cache_problem(cache)
+        if bad is not None:
+            return found + [bad], data
         cache.parent.mkdir(parents=True, exist_ok=True)
     more, data["judge"], result = audit(input_dir, spec, key, samples, script, schemas, allowed, cache)
     if result is not None:

@@ -232,10 +232,29 @@ def max_position_embeddings(config: dict) -> int | None:
 
 
 CONTEXT_KEYS = ("data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.rollout.max_model_len")
+TINY_MARKER = "arl_tiny_model"  # config.json of a tools/make_tiny_model.py folder: its shape
+
+
+def tiny_rebuild(folder: Path | str, config: dict | None) -> str | None:
+    """The make_tiny_model command that rebuilds folder (a tiny model of the tool's) without its context, else None:
+    a task whose lengths do not fit a tiny model needs the flag, not another model."""
+    shape = (config or {}).get(TINY_MARKER) if isinstance(config, dict) else None
+    if not isinstance(shape, str):
+        return None
+    return f"python tools/make_tiny_model.py {folder}" + (f" --shape {shape}" if shape != "tiny" else "")
+
+
+def positions_for(total: int) -> int:
+    """A context that holds total tokens: the next power of two, 2048 at least."""
+    n = 2048
+    while n < total:
+        n *= 2
+    return n
 
 
 def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: Any = None,
-                  names: tuple[str, str] = ("data.max_prompt_length", "data.max_response_length")) -> dict:
+                  names: tuple[str, str] = ("data.max_prompt_length", "data.max_response_length"),
+                  rebuild: str | None = None) -> dict:
     """The run's lengths against the model's max_position_embeddings (limit).
 
     rollout.max_model_len above it: vLLM refuses to start (VERL's vLLM server checks it), a fail.
@@ -243,6 +262,7 @@ def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: 
     limit): a long prompt leaves no room for its response, and VERL trains on sequences the model
     has never seen positions for; a fail too, since the fix is one config line.
     names: the keys prompt and response come from (a multi-call agent's trajectory_max_* keys: agent_rules).
+    rebuild: the make_tiny_model command of a tiny model (tiny_rebuild): the hint names its flag for a longer context.
     Returns {"status" ok|fail|unknown, "message", "hint", "keys", the numbers}."""
     out = {"max_position_embeddings": limit, "max_prompt_length": prompt, "max_response_length": response,
            "max_model_len": max_model_len, "keys": [*names, CONTEXT_KEYS[2]]}
@@ -261,8 +281,10 @@ def context_check(limit: int | None, prompt: Any, response: Any, max_model_len: 
         return {**out, "status": "fail",
                 "message": f"{names[0]} {prompt} + {names[1]} {response} = {total} is "
                            f"above the model's {name} {held}",
-                "hint": f"lower {names[0]} and/or {names[1]} to sum to <= {held}, or "
-                        "pick a model with a longer context"}
+                "hint": (f"lower {names[0]} and/or {names[1]} to sum to <= {held}, or " + (
+                    f"build the tiny model with room for them: {rebuild} --max-position-embeddings "
+                    f"{positions_for(total)}" if rebuild and type(max_model_len) is not int
+                    else "pick a model with a longer context"))}
     return {**out, "status": "ok", "message": f"prompt {prompt} + response {response} = {total} tokens of "
                                               f"{name} {held}", "hint": ""}
 

@@ -353,8 +353,14 @@ def validate(input_dir: Path, sample: int = 16, judge_timeout: float = 30.0, gpu
     checks += (cfg_checks + config_checks_for(cfg, gpus, train.get("rows"), config_source(overrides))
                + model_path_check(input_dir, cfg))
     why = agent_rules.multi_call(input_dir, agent) if agent else None
+    rendered: list[Check] = []
+    if agent is not None and cfg is not None:  # the model's own template and parser, as the run renders the task
+        from agentic_rl.checks import template_checks
+
+        rendered, data["template"] = template_checks.checks(input_dir, cfg, agent, template, schemas, script, why)
     if why and cfg is not None:
-        checks += agent_rules.model_checks(cfg, agent, why)
+        checks += agent_rules.model_checks(cfg, agent, why, parser_checked="tool_call" in data.get("template", {}))
+    checks += rendered
     data["multi_call"] = why
     return checks, data
 

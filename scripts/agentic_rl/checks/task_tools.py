@@ -45,6 +45,31 @@ def tool_checks(input_dir: Path, agent: dict | None, timeout: float) -> tuple[li
     return checks, schemas, names
 
 
+def clash_checks(by_server: dict[str, list[str]], local: list[str], name: str) -> list[Check]:
+    """A tool name published twice (by two servers, or by a server and tools.py): one finding each."""
+    return [Check(name, "fail", clash, "the model calls tools by name: rename one (tools.py), or drop the server whose "
+                  "tool repeats another", f"{name}:{mcp_config.KEY}.{server}")
+            for server, clash in mcp_config.clashes(by_server, local)]
+
+
+def tool_clashes(input_dir: Path, agent: dict, timeout: float) -> list[Check]:
+    """The start's check of what validate_data refuses: tools.py imported and the MCP servers started in guarded
+    children, a name published twice named. [] without a chance of a clash (no server, or one server and no
+    tools.py); a server that fails to start is left to the run, which names it."""
+    from agentic_rl.checks import agent_rules
+
+    servers, problems = mcp_config.parse(agent)
+    has_local = (input_dir / "tools.py").is_file()
+    if problems or not servers or (len(servers) < 2 and not has_local):
+        return []
+    local = agent_rules.probe_tools(input_dir, timeout).get("schemas") or [] if has_local else []
+    result = probe_mcp(input_dir, agent)
+    by_server: dict[str, list[str]] = {}
+    for tool in result.get("tools") or [] if result.get("event") == "done" else []:
+        by_server.setdefault(tool["server"], []).append(tool["name"])
+    return clash_checks(by_server, [s["function"]["name"] for s in local], task.agent_config_path(input_dir).name)
+
+
 def max_turns(input_dir: Path, agent: dict | None) -> int | None:
     """agent.json's max_turns for the bundled tool agent (its default when unset); None for another agent."""
     from agentic_rl.agents import toolbox
@@ -100,9 +125,7 @@ def mcp_checks(result: dict, name: str, local: list[str]) -> list[Check]:
     by_server: dict[str, list[str]] = {}
     for tool in result["tools"]:
         by_server.setdefault(tool["server"], []).append(tool["name"])
-    for server, clash in mcp_config.clashes(by_server, local):
-        checks.append(Check(name, "fail", clash, "the model calls tools by name: rename one (tools.py), or drop the "
-                            "server whose tool repeats another", f"{name}:{mcp_config.KEY}.{server}"))
+    checks += clash_checks(by_server, local, name)
     if not checks:
         for server, names in by_server.items():
             checks.append(Check(name, "ok", f"MCP server {server}: {len(names)} tool(s): {', '.join(names)}",

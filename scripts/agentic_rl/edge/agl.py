@@ -1,13 +1,15 @@
 """The one door to Agent Lightning: gateway and controller processes, its REST API, run_ppo.
 
 main.py and rehearsal.py go through this module; nothing else starts agl-server/agl-controller
-or imports agentlightning. The services run as `python -m agentlightning.server|controller`
-with Hydra overrides, each in its own session, cwd and log under O/logs, bound to 127.0.0.1 on a
-port picked just before the start. The run's key travels only in the environment
-(ARL_AGL_KEY) and reaches Hydra as `key=${oc.env:ARL_AGL_KEY}`, so it is in no command line,
-log or Hydra file. The model name (user input) travels the same way (ARL_MODEL_NAME): Hydra
-never parses it, so `${oc.env:...}` in it stays literal text and a trailing backslash cannot
-break the override lexer. The services get scripts/ on PYTHONPATH and never the task folder
+or imports agentlightning. The services run as `python -m agentic_rl.edge.agl server|controller`
+(main: Agent Lightning's own `python -m agentlightning.server|controller`, in-process) with Hydra
+overrides, each in its own session, cwd and log under O/logs, bound to 127.0.0.1 on a port picked
+just before the start. The run's key reaches them through a pipe (handover.py) into their
+os.environ, where Hydra's `key=${oc.env:ARL_AGL_KEY}` resolves it: it is in no command line,
+/proc/PID/environ, log or Hydra file. The controller hands each agent its secrets through a pipe
+too (without_secrets_for_children): every tool descends from it. The model name (user input)
+travels in the environment (ARL_MODEL_NAME): Hydra never parses it, so `${oc.env:...}` in it
+stays literal text and a trailing backslash cannot break the override lexer. The services get scripts/ on PYTHONPATH and never the task folder
 (the agents add it themselves, after the standard library: agents/kit.py, task.add_task_path). Their logs are 0600.
 
     >>> from agentic_rl.edge.agl import controller_tuning
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentic_rl import handover
 from agentic_rl.cli import UserError
 from agentic_rl.edge import procs
 
@@ -155,17 +158,19 @@ def dying_words(log_path: Path, lines: int = 3) -> str:
 _HYDRA_QUIET = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
 
 
-def _spawn(name: str, module: str, overrides: list[str], logs_dir: Path, env: dict,
+def _spawn(name: str, part: str, overrides: list[str], logs_dir: Path, env: dict,
            secrets: tuple[str, ...] = ()) -> subprocess.Popen:
-    return spawn_logged(name, [sys.executable, "-m", module, *overrides, *_HYDRA_QUIET], logs_dir, env, secrets)
+    return spawn_logged(name, [sys.executable, "-m", "agentic_rl.edge.agl", part, *overrides, *_HYDRA_QUIET],
+                        logs_dir, env, secrets)
 
 
 def spawn_logged(name: str, cmd: list[str], logs_dir: Path, env: dict, secrets: tuple[str, ...] = ()) -> subprocess.Popen:
     """A service in its own session, cwd O/logs, its output in O/logs/NAME.log (0600: a service logs its config
-    and the agents' output, whatever a tool or a judge prints). With secrets, the output goes through a pipe
-    that a thread here copies to the log line by line with each secret masked: what an agent's tool prints
-    (its environment, say) lands there as ***redacted***. A job killed with SIGKILL takes the pipe's reader
-    with it: a service ends at its next line of output, which a run without its job should anyway."""
+    and the agents' output, whatever a tool or a judge prints). The run's secrets in env (handover.SECRET_NAMES)
+    reach it through a pipe (handover.handed), never its environment. With secrets, the output goes through a
+    pipe that a thread here copies to the log line by line with each secret masked: what an agent's tool prints
+    lands there as ***redacted***. A job killed with SIGKILL takes the pipe's reader with it: a service ends at
+    its next line of output, which a run without its job should anyway."""
     logs_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs_dir / f"{name}.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -173,9 +178,10 @@ def spawn_logged(name: str, cmd: list[str], logs_dir: Path, env: dict, secrets: 
     log = os.fdopen(fd, "ab")
     masked = [s.encode() for s in secrets if s]
     try:
-        proc = subprocess.Popen(cmd, cwd=logs_dir, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE if masked else log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        with handover.handed(env) as (env, fds):
+            proc = subprocess.Popen(cmd, cwd=logs_dir, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE if masked else log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, pass_fds=fds)
     except BaseException:
         log.close()
         raise
@@ -213,7 +219,7 @@ def start_gateway(logs_dir: Path, model_name: str, env: dict, timeout: float = H
         port = free_port(host)
         overrides = [f"host={host}", f"port={port}", f"key=${{oc.env:{KEY_ENV}}}",
                      f"default_proxy.model_name=${{oc.env:{MODEL_ENV}}}"]
-        svc = Service("gateway", _spawn("gateway", "agentlightning.server", overrides, logs_dir, env,
+        svc = Service("gateway", _spawn("gateway", "server", overrides, logs_dir, env,
                                         (env.get(KEY_ENV, ""),)),
                       logs_dir / "gateway.log", port, host=advertise or host)
         if wait_healthy(svc, timeout):
@@ -235,7 +241,7 @@ def start_controller(logs_dir: Path, gateway: Service, tuning: dict, env: dict) 
     overrides = ["runner_type=local", f"agl_server.url={gateway.url}", f"agl_server.key=${{oc.env:{KEY_ENV}}}",
                  f"local_runner.maximum_size={tuning['maximum_size']}",
                  f"local_runner.poll_interval={tuning['poll_interval']}"]
-    svc = Service("controller", _spawn("controller", "agentlightning.controller", overrides, logs_dir, env,
+    svc = Service("controller", _spawn("controller", "controller", overrides, logs_dir, env,
                                        (env.get(KEY_ENV, ""),)),
                   logs_dir / "controller.log", extra=dict(tuning))
     time.sleep(0.2)
@@ -335,6 +341,42 @@ def trainer_entrypoint() -> Any:
     return run_ppo
 
 
+# --------------------------------------------------------------------------- the services' processes
+
+
+def without_secrets_for_children() -> None:
+    """Every process the controller starts (the agents) gets the run's secrets through a pipe of its own, never
+    its environment: the controller builds each agent's environment from its own plus AGL_KEY
+    (local_reconciler._spawn_for); the services' copy of the key, ARL_AGL_KEY, is not handed on at all."""
+    import asyncio
+
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_handing_secrets(*cmd, env=None, pass_fds=(), **kwargs):
+        env = {k: v for k, v in (os.environ if env is None else env).items() if k != KEY_ENV}
+        with handover.handed(env) as (env, fds):
+            return await spawn(*cmd, env=env, pass_fds=(*pass_fds, *fds), **kwargs)
+
+    asyncio.create_subprocess_exec = spawn_handing_secrets
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agentic_rl.edge.agl server|controller OVERRIDES`: the run's secrets from the inherited pipe into
+    os.environ (in memory only), then Agent Lightning's own `python -m agentlightning.server|controller`."""
+    import runpy
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("server", "controller"):
+        print("usage: python -m agentic_rl.edge.agl server|controller HYDRA_OVERRIDES...", file=sys.stderr)
+        return 2
+    handover.receive_into_environ()
+    if argv[0] == "controller":
+        without_secrets_for_children()
+    sys.argv = [f"agentlightning.{argv[0]}", *argv[1:]]
+    runpy.run_module(f"agentlightning.{argv[0]}", run_name="__main__", alter_sys=True)
+    return 0
+
+
 class RedactingStream:
     """Wraps sys.stdout/stderr so a secret printed by a library (VERL's TaskRunner pprints the
     resolved config, key included, and Ray forwards that to this process) is masked in training.log."""
@@ -349,3 +391,7 @@ class RedactingStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,19 +3,25 @@
 Every rollout is a process of its own, so what must hold across all of a run's rollouts lives here,
 in one service per run: at most `max_concurrency` requests at the endpoint at once (a pool of that many
 keep-alive connections: a rollout pays no TCP or TLS handshake), retries with backoff on 429, 5xx,
-timeouts and refused connections (Retry-After honoured, at most RETRY_AFTER_MAX_S), `timeout_s` per
-call, and a cache of answers keyed by the request (rubric, model, prompt, reference, response) in
-O/judge_cache.jsonl, so a resumed run and a repeated audit do not pay twice; identical requests in
-flight at once are sent once. A call that fails after its retries, or whose reply does not parse, is
-a judge error: reward 0 and a reason starting "judge error", never a crash.
+timeouts and refused connections (Retry-After honoured, at most RETRY_AFTER_MAX_S; one that does not
+parse gets the backoff), `timeout_s` per call in all and a cap on the reply's size (judge_endpoint.py),
+and a cache of answers (judge_cache.py) keyed by everything that decides the answer (the endpoint's URL,
+the key's variable, the whole request: model, rubric, prompt, reference, response, temperature,
+max_tokens) in O/judge_cache.jsonl, so a resumed run does not pay twice; identical requests in flight
+at once are sent once. The audit asks afresh (score(fresh=True), "fresh" in /score): it is never
+answered from the cache, and a fresh answer that differs from the cache's marks the cache's older
+answers stale. A call that fails after its retries, or whose reply does not parse (not JSON, nested
+too deeply, too large, no score), is a judge error: reward 0 and a reason starting "judge error",
+never a crash.
 
 The job starts it as a process on 127.0.0.1 (`python -m agentic_rl.edge.judge_service`, the socket
 bound by the job and inherited, its log O/logs/judge.log); the agents reach it with a per-run token
-(ARL_JUDGE_URL, ARL_JUDGE_TOKEN). validate_data and the job's audit call JudgeService.score in
-process. The API key is read from the variable api_key_env names, here only: it is in no argument, no
-file and no log line, and the job drops it from the environment of everything else it starts.
+(ARL_JUDGE_URL, ARL_JUDGE_TOKEN, handed to each agent through a pipe: no tool sees them). validate_data
+and the job's audit call JudgeService.score in process. The API key (the variable api_key_env names, in
+the environment of start_training.sh) reaches this process through a pipe from the job, with the token
+(handover.py): it is in no argument, no environment, no file and no log line.
 
-    POST /score  {"prompt", "response", "ground_truth"}  ->  {"reward", "reason", "cached", "attempts"}
+    POST /score  {"prompt", "response", "ground_truth", "fresh"}  ->  {"reward", "reason", "cached", "attempts"}
     GET  /stats  ->  {"requests", "cache_hits", "endpoint_calls", "retries", "errors", "max_in_flight", ...}
     GET  /healthz
 """
@@ -27,8 +33,8 @@ import email.utils
 import http.client
 import json
 import os
-import queue
 import random
+import re
 import socket
 import sys
 import threading
@@ -38,8 +44,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentic_rl import llm_judge
+from agentic_rl import handover, llm_judge
+from agentic_rl.edge import judge_endpoint
 from agentic_rl.edge.json_http import JsonHandler
+from agentic_rl.edge.judge_cache import Cache
 
 TOKEN_ENV = "ARL_JUDGE_TOKEN"  # the service's own copy of agents/kit.JUDGE_TOKEN_ENV (edge imports no agent code)
 RETRY_AFTER_MAX_S = 60.0
@@ -54,108 +62,36 @@ def agent_wait_s(spec: dict) -> float:
     return attempts * spec["timeout_s"] + spec["max_retries"] * RETRY_AFTER_MAX_S + 30.0
 
 
-def retry_after(value: str | None) -> float | None:
-    """Seconds a Retry-After header asks for (a number or an HTTP date), at most RETRY_AFTER_MAX_S.
+_SECONDS = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
 
-    >>> retry_after("2"), retry_after("soon"), retry_after("9999")
-    (2.0, None, 60.0)
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks for (a number or an HTTP date), at most RETRY_AFTER_MAX_S; None for
+    one that does not parse (the caller falls back to its backoff).
+
+    >>> retry_after("2"), retry_after("soon"), retry_after("9999"), retry_after("nan"), retry_after("-1")
+    (2.0, None, 60.0, None, None)
     """
     if not value:
         return None
-    try:
+    if _SECONDS.match(value):
         seconds = float(value)
-    except ValueError:
+    else:
         try:
             seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             return None
     return max(0.0, min(RETRY_AFTER_MAX_S, seconds))
 
 
-class Endpoint:
-    """chat/completions at base_url through `size` keep-alive connections: taking one is the concurrency cap."""
-
-    def __init__(self, base_url: str, key: str | None, timeout: float, size: int):
-        parts = urlsplit(base_url)
-        self.https = parts.scheme == "https"
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port
-        self.path = (parts.path.rstrip("/") or "") + "/chat/completions"
-        self.timeout = timeout
-        self._headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-        self._pool: queue.LifoQueue = queue.LifoQueue()
-        for _ in range(size):
-            self._pool.put(None)  # a free slot; its connection is made at first use
-        self.in_flight = self.max_in_flight = 0
-        self._lock = threading.Lock()
-
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=self.timeout)
-
-    def post(self, body: bytes) -> tuple[int, Any, bytes]:
-        """(status, headers, body) of one request; raises OSError / HTTPException when there is no answer."""
-        conn = self._pool.get()  # waits while max_concurrency requests are out
-        with self._lock:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            for fresh in (False, True):
-                reused = conn is not None and not fresh
-                if conn is None or fresh:
-                    conn = self._connect()
-                try:
-                    conn.request("POST", self.path, body=body, headers=self._headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                    conn.close()
-                    conn = None
-                    if reused:  # the server closed an idle keep-alive connection: once more on a new one
-                        continue
-                    raise
-                except (OSError, http.client.HTTPException):
-                    conn.close()
-                    conn = None
-                    raise
-                if resp.will_close:
-                    conn.close()
-                    conn = None
-                return resp.status, resp.headers, data
-            raise OSError("no connection")  # not reached: the second pass returns or raises
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-            self._pool.put(conn)
-
-
-class Cache:
-    """Answers by request key, in memory and appended to a JSON Lines file (one write per line)."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-        self.entries: dict[str, float] = {}
-        if path is not None and path.is_file():
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    rec = json.loads(line)
-                    if isinstance(rec.get("key"), str) and type(rec.get("reward")) in (int, float):
-                        self.entries[rec["key"]] = float(rec["reward"])
-                except (ValueError, AttributeError):
-                    continue  # a torn or foreign line: that answer is asked again
-
-    def get(self, key: str) -> float | None:
-        return self.entries.get(key)
-
-    def put(self, key: str, reward: float) -> None:
-        self.entries[key] = reward
-        if self.path is None:
-            return
-        line = json.dumps({"key": key, "reward": reward}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+def decode(raw: bytes) -> tuple[Any, str | None]:
+    """(the endpoint's JSON answer, None), or (None, why it is no answer): not JSON, or nested too deeply."""
+    try:
+        return json.loads(raw), None
+    except RecursionError:
+        return None, f"the endpoint's answer is JSON nested too deeply to read ({len(raw)} bytes)"
+    except ValueError:
+        return None, f"the endpoint's answer is not JSON: {llm_judge.quoted(raw.decode('utf-8', 'replace'))}"
 
 
 class JudgeService:
@@ -164,13 +100,16 @@ class JudgeService:
     def __init__(self, spec: dict, key: str | None, cache_path: Path | None = None, token: str | None = None,
                  log: Any = None):
         self.spec = spec
-        self.endpoint = Endpoint(spec["base_url"], key, spec["timeout_s"], spec["max_concurrency"])
+        self.endpoint = judge_endpoint.Endpoint(spec["base_url"], key, spec["timeout_s"], spec["max_concurrency"],
+                                                llm_judge.reply_limit(spec))
         self.caching = bool(spec["cache"])  # "cache": false: every answer asked afresh (a judge sampled on purpose)
-        self.cache = Cache(cache_path if self.caching else None)
+        self.cache = Cache(cache_path if self.caching else None, log)
         self.token = token
         self.log = log
-        self.stats = {"requests": 0, "cache_hits": 0, "endpoint_calls": 0, "retries": 0, "errors": 0, "shared": 0}
+        self.stats = {"requests": 0, "cache_hits": 0, "endpoint_calls": 0, "retries": 0, "errors": 0, "shared": 0,
+                      "fresh": 0}
         self._lock = threading.Lock()
+        self._closed = threading.Event()
         self._pending: dict[str, threading.Event] = {}
         self._server: ThreadingHTTPServer | None = None
 
@@ -178,14 +117,22 @@ class JudgeService:
         with self._lock:
             self.stats[name] += 1
 
-    def score(self, prompt: str, response: str, ground_truth: Any = None) -> dict:
-        """{"reward", "reason", "cached", "attempts"}: reason is None for a reward the judge gave, else why it is 0."""
+    def score(self, prompt: str, response: str, ground_truth: Any = None, fresh: bool = False) -> dict:
+        """{"reward", "reason", "cached", "attempts"}: reason is None for a reward the judge gave, else why it is 0.
+        fresh: asked of the endpoint whatever the cache holds (the audit); the answer is kept, and one that differs
+        from the cache's marks the cache's older answers stale (judge_cache.Cache.confirm)."""
         body = llm_judge.request_body(self.spec, prompt, response, ground_truth)
-        key = llm_judge.cache_key(body)
+        key = llm_judge.cache_key(self.spec, body)
         self._count("requests")
+        if fresh or not self.caching:
+            if fresh:
+                self._count("fresh")
+            out = self._counted(self._ask(body))
+            if self.caching and out["reason"] is None:
+                self.cache.confirm(key, out["reward"])
+                self.cache.put(key, out["reward"])
+            return out
         while True:
-            if not self.caching:
-                return self._counted(self._ask(body))
             with self._lock:
                 cached = self.cache.get(key)
                 waiting = self._pending.get(key)
@@ -201,8 +148,7 @@ class JudgeService:
         try:
             out = self._counted(self._ask(body))
             if out["reason"] is None:
-                with self._lock:
-                    self.cache.put(key, out["reward"])
+                self.cache.put(key, out["reward"])  # before the waiters wake: they read it
             return out
         finally:
             with self._lock:
@@ -224,15 +170,19 @@ class JudgeService:
             self._count("endpoint_calls")
             try:
                 status, headers, raw = self.endpoint.post(data)
+            except judge_endpoint.Aborted:
+                return self._error("stopped before it answered (the caller is ending)", attempt)
+            except judge_endpoint.TooLarge as exc:  # asking again would bring the same flood
+                return self._error(f"the endpoint's reply is larger than {self.endpoint.limit} bytes ({exc}): not "
+                                   f"read (a reply to max_tokens {self.spec['max_tokens']} is far smaller)", attempt)
             except (OSError, http.client.HTTPException) as exc:
-                last = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else f"{type(exc).__name__}: {exc}"
+                last = f"timed out after {self.spec['timeout_s']:g} s" if isinstance(exc, TimeoutError | socket.timeout) \
+                    else f"{type(exc).__name__}: {exc}"
             else:
                 if status == 200:
-                    try:
-                        answer = json.loads(raw)
-                    except ValueError:
-                        return self._error(f"the endpoint's answer is not JSON: {llm_judge.quoted(raw.decode('utf-8', 'replace'))}",
-                                           attempt)
+                    answer, why = decode(raw)
+                    if why is not None:
+                        return self._error(why, attempt)
                     reward, reason = llm_judge.parse_reply(self.spec, answer)
                     return {"reward": 0.0 if reward is None else reward, "reason": reason, "cached": False,
                             "attempts": attempt + 1}
@@ -240,20 +190,28 @@ class JudgeService:
                 if status != 429 and status < 500:  # a request the endpoint refuses: asking again changes nothing
                     return self._error(f"HTTP {status} from {self.spec['base_url']}: "
                                        f"{llm_judge.quoted(raw.decode('utf-8', 'replace'), 200)}", attempt)
-                wait = retry_after(headers.get("Retry-After")) if headers.get("Retry-After") else wait
+                asked = retry_after(headers.get("Retry-After"))
+                wait = wait if asked is None else asked  # one that does not parse: the backoff
             if attempt < retries:
                 self._count("retries")
-                time.sleep(wait or 0.0)
+                if self._closed.wait(wait):
+                    return self._error("stopped before it answered (the caller is ending)", attempt)
         return self._error(f"no answer from {self.spec['base_url']} after {1 + retries} attempts (last: {last})", retries)
 
     def _error(self, what: str, attempt: int) -> dict:
         return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the LLM judge: {what}", "cached": False,
                 "attempts": attempt + 1}
 
+    def close(self) -> None:
+        """End every call in flight now (each a judge error) and answer every later one so at once."""
+        self._closed.set()
+        self.endpoint.abort()
+
     def snapshot(self) -> dict:
         with self._lock:
             return {**self.stats, "max_in_flight": self.endpoint.max_in_flight, "cached_answers": len(self.cache.entries),
-                    "max_concurrency": self.spec["max_concurrency"]}
+                    "max_concurrency": self.spec["max_concurrency"], "cache_off": self.cache.off,
+                    "cache_stale": self.cache.stale, "cache_skipped": self.cache.skipped}
 
     # ---------------------------------------------------------------- HTTP, for the agents
 
@@ -284,10 +242,10 @@ class JudgeService:
                     prompt, response = body["prompt"], body["response"]
                     if not isinstance(prompt, str) or not isinstance(response, str):
                         raise TypeError("prompt and response must be strings")
-                except (ValueError, KeyError, TypeError) as exc:
-                    self.send_json(400, {"error": f"bad request: {exc}"})
+                except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                    self.send_json(400, {"error": f"bad request: {type(exc).__name__}"})
                     return
-                self.send_json(200, service.score(prompt, response, body.get("ground_truth")))
+                self.send_json(200, service.score(prompt, response, body.get("ground_truth"), body.get("fresh") is True))
 
         if sock is None:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -307,20 +265,18 @@ class JudgeService:
 
 
 def reachable(spec: dict, key: str | None, timeout: float = REACH_TIMEOUT_S) -> str | None:
-    """None when the endpoint answers HTTP at all (GET base_url/models: any status will do), else why not."""
-    parts = urlsplit(spec["base_url"])
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=min(timeout, spec["timeout_s"]))
+    """None when the endpoint answers HTTP at all (GET base_url/models: any status will do, within the timeout
+    in all), else why not."""
+    path = (urlsplit(spec["base_url"]).path.rstrip("/") or "") + "/models"
     try:
-        conn.request("GET", (parts.path.rstrip("/") or "") + "/models",
-                     headers={"Authorization": f"Bearer {key}"} if key else {})
-        conn.getresponse().read()
+        judge_endpoint.get(spec["base_url"], path, {"Authorization": f"Bearer {key}"} if key else {},
+                           min(timeout, spec["timeout_s"]), llm_judge.reply_limit(spec))
         return None
+    except judge_endpoint.TooLarge:
+        return None  # a long list of models is an answer
     except (OSError, http.client.HTTPException) as exc:
         return "no answer within the timeout" if isinstance(exc, TimeoutError | socket.timeout) else \
             f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
 
 
 def listening_socket() -> socket.socket:
@@ -340,15 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--cache", help="the cache file (O/judge_cache.jsonl)")
     args = parser.parse_args(argv)
+    handed = handover.receive()  # the API key and the token: this process's memory only, never its environment
     spec, problems, _ = llm_judge.load(args.input_dir)
     if spec is None:
         print(f"judge.json: {problems[0].message}", flush=True)
         return 1
-    key, problem = llm_judge.api_key(spec)
+    key, problem = llm_judge.api_key(spec, {**os.environ, **handed})
     if problem is not None:
         print(f"judge.json: {problem.message}", flush=True)
         return 3
-    token = os.environ.get(TOKEN_ENV)
+    token = handed.get(TOKEN_ENV) or os.environ.get(TOKEN_ENV)
     if not token:
         print(f"{TOKEN_ENV} is not set: the service serves no one without it", flush=True)
         return 2
@@ -359,9 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.fd)
     url = service.serve(sock)
     print(f"judge service for {spec['model']} at {spec['base_url']}: {url}, at most {spec['max_concurrency']} "
-          f"requests at once, {spec['max_retries']} retries, cache {'on' if spec['cache'] else 'off'}", flush=True)
+          f"requests at once, {spec['max_retries']} retries, cache "
+          f"{'off' if not spec['cache'] else 'off (' + service.cache.off + ')' if service.cache.off else 'on'}", flush=True)
     while not stop.wait(1.0):
         pass
+    service.close()
     service.stop()
     print(f"judge service stopped: {json.dumps(service.snapshot())}", flush=True)
     return 0

@@ -1,6 +1,6 @@
 """The run's MCP servers behind one local door: the only module that imports the MCP Python SDK (`mcp`).
 
-Usage (the training job starts it; ARL_MCP_TOKEN in its environment):
+Usage (the training job starts it; its token ARL_MCP_TOKEN comes through a pipe, handover.py):
 
     python -m agentic_rl.edge.mcp_hub --input-dir D --port P
 
@@ -37,7 +37,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agentic_rl import mcp_config, task
+from agentic_rl import handover, mcp_config, task
 from agentic_rl.edge import reaper
 from agentic_rl.edge.json_http import JsonHandler
 
@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
+    handover.receive_into_environ()  # its token (and AGL_KEY for a server whose pass_env names it): memory only
     reaper.become_subreaper()
     try:
         return asyncio.run(serve(Path(args.input_dir), args.port, os.environ.get(TOKEN_ENV, "")))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,6 +35,9 @@ from agentic_rl.runs import run_dir
 
 ROLES = ("base", "trained")
 COMPARE_DIR = run_dir.COMPARE_DIR
+# Each sample is a rollout on both servers (test rows x K x 2): 256 covers pass@k as RL papers report it (k <= 256).
+MAX_SAMPLES_PER_ROW = 256
+SAMPLES_WHY = f"at most {MAX_SAMPLES_PER_ROW}: each sample is one rollout of every test row on both servers"
 
 
 def agl_python() -> str:
@@ -119,14 +123,23 @@ def score(python: str, input_dir: Path, out: Path, url: str, repeats: int = 1) -
         raise UserError(f"the rehearsal against {url} ended {st.get('status')} without a report: {st.get('reason')}",
                         f"see {out / run_dir.LOG_FILE}", EXIT_FAIL) from None
     test = (rep.get("splits") or {}).get("test") or {}
-    per_row: dict[int, list[float]] = {}
-    for r in rep.get("rows") or []:
-        if isinstance(r, dict) and r.get("split") == "test" and isinstance(r.get("row"), int):
-            reward = r.get("reward")
-            per_row.setdefault(r["row"], []).extend([float(reward)] if isinstance(reward, (int, float)) else [])
-    return {"endpoint": url, "rows": len(per_row), "rollouts": test.get("rollouts", 0),
+    per_row, unscored = test_rewards(rep)
+    return {"endpoint": url, "rows": len(per_row), "unscored_rows": unscored, "rollouts": test.get("rollouts", 0),
             "mean_reward": test.get("mean_reward"), "failed": test.get("failed", 0), "exit_code": code,
             "status": st.get("status"), "report": str(out), "per_row": per_row}
+
+
+def test_rewards(rep: dict) -> tuple[dict[int, list[float]], int]:
+    """({row index: its test rollouts' rewards}, rows with none): a reward that is not a finite number (null, a
+    string, NaN in a rehearsal.json anyone may edit) is left out, and a row left with none is not paired (its
+    mean would divide by zero), only counted."""
+    rewards: dict[int, list[float]] = {}
+    for r in rep.get("rows") or []:
+        if isinstance(r, dict) and r.get("split") == "test" and type(r.get("row")) is int:
+            reward = r.get("reward")
+            ok = type(reward) in (int, float) and math.isfinite(reward)
+            rewards.setdefault(r["row"], []).extend([float(reward)] if ok else [])
+    return {row: values for row, values in rewards.items() if values}, sum(1 for v in rewards.values() if not v)
 
 
 def row_lines(input_dir: Path) -> dict[int, str]:
@@ -152,8 +165,9 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per
                         f"model and the export itself), got {len(endpoints)}",
                         "e.g. --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1",
                         EXIT_USAGE)
-    if samples_per_row < 1:
-        raise UserError(f"--samples-per-row must be >= 1, got {samples_per_row}", "e.g. --samples-per-row 4", EXIT_USAGE)
+    if not 1 <= samples_per_row <= MAX_SAMPLES_PER_ROW:
+        raise UserError(f"--samples-per-row must be from 1 to {MAX_SAMPLES_PER_ROW}, got {samples_per_row}",
+                        f"e.g. --samples-per-row 4; {SAMPLES_WHY}", EXIT_USAGE)
     if not (input_dir / "test.jsonl").is_file():
         raise UserError(f"{input_dir / 'test.jsonl'} not found", "pass the task folder with --input-dir", EXIT_ENV)
     name = expected_model_name(input_dir)

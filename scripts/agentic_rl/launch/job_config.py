@@ -181,11 +181,13 @@ def check_context(model: str, cfg: Any, multi_call: bool = False) -> None:
     if not path.is_file():
         return  # a rehearsal of a name not found here: nothing to read
     try:
-        limit = model_files.max_position_embeddings(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
+        config = json.loads(path.read_text(encoding="utf-8"))
+        limit = model_files.max_position_embeddings(config)
+    except (OSError, ValueError, AttributeError) as exc:
         cli.print_warning(f"{path}: unreadable ({exc}); the context length is not checked")
         return
-    result = agent_rules.context_check(limit, lambda key: _get(cfg, key), multi_call)
+    result = agent_rules.context_check(limit, lambda key: _get(cfg, key), multi_call,
+                                       model_files.tiny_rebuild(model, config))
     if result["status"] == "fail":
         raise Failure("config", f"{result['message']} ({path}); {result['hint']}")
 

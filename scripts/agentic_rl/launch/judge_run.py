@@ -4,13 +4,16 @@ judge audit (checks/judge_audit.py, judge_findings.py) on the first train rows, 
 The judge service (edge/judge_service.py) is a process of the run like the gateway: on 127.0.0.1 (the job
 binds the socket and hands it over), in its own session, carrying the run's id and folder (so the job's
 end and stop_training find it), logging to O/logs/judge.log, watched by the job's watchdog and stopped at
-its end. The agents reach it with ARL_JUDGE_URL and a per-run token (ARL_JUDGE_TOKEN): another process
-on the host cannot spend the run's key. The API key's variable goes to the service only: the job drops
-it from its own environment once the service is up, so the gateway, the controller, the agents (the
-user's judge or tools included) and Ray never hold it.
+its end. The agents reach it with ARL_JUDGE_URL and a per-run token (ARL_JUDGE_TOKEN), which the
+controller hands each agent through a pipe (handover.py), never the environment: no tool sees them, so
+neither a tool nor another process on the host can spend the run's key. The API key goes to the
+service only, through a pipe: the launcher hands it to the job that way and takes it out of its own
+environment, so the job, the gateway, the controller, the agents (the user's judge and tools included),
+the MCP hub and Ray never hold it in their environment.
 
 The audit runs beside the gateway's start (a thread) on the rows validate_data samples by default (the
-first 16 valid rows of train.jsonl), so an LLM judge's answers come from the cache validate_data filled.
+first 16 valid rows of train.jsonl); an LLM judge is asked every answer afresh (never from the cache:
+the judge behind the URL may have changed since validate_data), through the run's service and its cap.
 Its summary goes into training.status and rehearsal.json (`judge_audit`) with the probes accepted by
 `--allow-probe`; the job logs a finding as a warning and goes on: validate_data is the gate.
 """
@@ -24,7 +27,7 @@ import sys
 import threading
 from pathlib import Path
 
-from agentic_rl import cli, llm_judge
+from agentic_rl import cli, handover, llm_judge
 from agentic_rl.agents import kit
 from agentic_rl.edge import agl, judge_service
 from agentic_rl.runs import run_dir
@@ -41,19 +44,25 @@ def start_service(input_dir: Path, output_dir: Path, agent_env: dict) -> agl.Ser
     spec, problems, _ = llm_judge.load(input_dir)
     if spec is None:
         return _refuse(f"{llm_judge.SPEC_FILE}: {problems[0].message}")
+    key, problem = llm_judge.api_key(spec)  # held by the job since its start (llm_judge.take_key)
+    if problem is not None:
+        return _refuse(f"{llm_judge.SPEC_FILE}: {problem.message}")
     sock = judge_service.listening_socket()
     token = secrets.token_urlsafe(24)
     logs = output_dir / run_dir.LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "judge.log"
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    env = {**os.environ, judge_service.TOKEN_ENV: token, "PYTHONSAFEPATH": "1",
+    env = {**os.environ, "PYTHONSAFEPATH": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(cli.SCRIPTS_DIR), os.environ.get("PYTHONPATH")) if p)}
+    handed = {judge_service.TOKEN_ENV: token, **({spec["api_key_env"]: key} if key else {})}
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "agentic_rl.edge.judge_service", "--input-dir", str(input_dir),
-                                 "--fd", str(sock.fileno()), "--cache", str(output_dir / run_dir.JUDGE_CACHE_FILE)],
-                                stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=logs,
-                                pass_fds=(sock.fileno(),), start_new_session=True)
+        with handover.handed(env, (), handed) as (env, fds):
+            proc = subprocess.Popen([sys.executable, "-m", "agentic_rl.edge.judge_service", "--input-dir",
+                                     str(input_dir), "--fd", str(sock.fileno()), "--cache",
+                                     str(output_dir / run_dir.JUDGE_CACHE_FILE)],
+                                    stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env, cwd=logs,
+                                    pass_fds=(sock.fileno(), *fds), start_new_session=True)
     finally:
         os.close(fd)
         port = sock.getsockname()[1]
@@ -63,8 +72,6 @@ def start_service(input_dir: Path, output_dir: Path, agent_env: dict) -> agl.Ser
         why = svc.exited_message() if proc.poll() is not None else "no answer on /healthz"
         agl.stop_service(svc, SERVICE_STOP_S)
         _refuse(f"the judge service did not start: {why}")
-    if spec.get("api_key_env"):
-        os.environ.pop(spec["api_key_env"], None)  # the service has it; nothing else the job starts may
     agent_env.update({kit.JUDGE_URL_ENV: svc.url, kit.JUDGE_TOKEN_ENV: token,
                       kit.JUDGE_WAIT_ENV: str(judge_service.agent_wait_s(spec))})
     svc.extra = {"model": spec["model"], "base_url": spec["base_url"], "token": token}
@@ -89,10 +96,10 @@ class Client:
     def __init__(self, svc: agl.Service, spec: dict):
         self.spec, self.url, self._token = spec, svc.url, svc.extra["token"]
 
-    def score(self, prompt: str, response: str, ground_truth=None) -> dict:
+    def score(self, prompt: str, response: str, ground_truth=None, fresh: bool = False) -> dict:
         try:
             return kit.post_json(self.url + "/score", {"prompt": prompt, "response": response,
-                                                       "ground_truth": ground_truth}, self._token,
+                                                       "ground_truth": ground_truth, "fresh": fresh}, self._token,
                                  judge_service.agent_wait_s(self.spec))
         except (OSError, ValueError) as exc:
             return {"reward": 0.0, "reason": f"{llm_judge.JUDGE_ERROR}: the judge service: {exc}", "cached": False}
@@ -122,15 +129,16 @@ def audit_rows(input_dir: Path, n: int = AUDIT_ROWS) -> list[tuple[str, dict]]:
     return out
 
 
-def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None) -> dict:
-    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run."""
+def audit(input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+          schemas: list[dict] | None = None) -> dict:
+    """The judge audit of this run's task: judge_findings.summary, or {"error": why} when it could not run.
+    schemas: the tools the agent offers when the run already knows them (its MCP servers'), else tools.py's."""
     from agentic_rl import oracle_turns
     from agentic_rl.checks import agent_rules, judge_findings, judge_llm, judge_probe
 
     samples = audit_rows(input_dir)
     script = oracle_turns.load(oracle) if oracle else None
-    schemas = None
-    if (input_dir / "tools.py").is_file():
+    if schemas is None and (input_dir / "tools.py").is_file():
         schemas = agent_rules.probe_tools(input_dir, AUDIT_TIMEOUT_S).get("schemas")
     if svc is not None:
         spec = llm_judge.load(input_dir)[0]
@@ -170,8 +178,9 @@ def summary_line(summary: dict) -> str:
 class AuditThread:
     """audit() in a thread beside the services' start; result() waits for it (never raises)."""
 
-    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None):
-        self._args = (input_dir, allowed, oracle, svc)
+    def __init__(self, input_dir: Path, allowed: list[str], oracle: str | None, svc: agl.Service | None,
+                 schemas: list[dict] | None = None):
+        self._args = (input_dir, allowed, oracle, svc, schemas)
         self._out: dict = {}
         self._thread = threading.Thread(target=self._run, name="judge-audit", daemon=True)
         self._thread.start()

@@ -54,6 +54,8 @@ def build_parser() -> cli.ArgumentParser:
                    "(trainer.resume_mode=resume_path): the way back past a damaged or diverged checkpoint")
     p.add_argument("--max-hours", metavar="H", help="a budget: the run saves a checkpoint and stops itself cleanly "
                    "before H hours from its start (status stopped, reason budget: ...); a rehearsal stops at H")
+    p.add_argument("--force-budget", action="store_true", help="start even when the forecast's low end exceeds "
+                   "--max-hours (the start is refused otherwise, exit 1, with the forecast)")
     p.add_argument("--max-steps", metavar="N", help="a budget: stop cleanly, with a checkpoint, after N steps of this "
                    "start (a --resume gets a new budget)")
     p.add_argument("--stop-on", metavar="VERDICT,...", help="stop cleanly, with a checkpoint, when one of these verdicts "

@@ -26,9 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from agentic_rl import cli, files, task
+from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
-from agentic_rl.launch import preflight
+from agentic_rl.launch import forecast_gate, preflight
 from agentic_rl.launch.launch_args import build_parser, check_args, ray_address
 from agentic_rl.runs import run_card, run_dir
 
@@ -94,14 +94,71 @@ def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, o
     return env
 
 
-def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int) -> subprocess.Popen:
-    """The job in its own session (pid == pgid == sid), output appended to the log, stdin closed."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, pass_fds=(lock_fd, launch_fd), cwd=log_path.parent)
+# A parent that forks the job and exits at once: the job is nobody's child here (the kernel hands it to init, or
+# the nearest subreaper), so neither this launcher nor the shell that started it, whose environment holds what
+# the user exported (an LLM judge's API key among it), is ever an ancestor of a rollout's tools.
+DETACH = ("import os, sys\n"
+          "w = int(sys.argv[1])\n"
+          "pid = os.fork()\n"
+          "if pid == 0:\n"
+          "    os.close(w)\n"
+          "    os.setsid()\n"
+          "    os.execv(sys.argv[2], sys.argv[2:])\n"
+          "os.write(w, str(pid).encode())\n"
+          "os._exit(0)\n")
 
 
-def wait_started(proc: subprocess.Popen, output_dir: Path, seconds: float) -> bool:
+class Job:
+    """The started job, known by its pid and start time (it is not our child: Job.poll reads its end from
+    training.status, where the job records its exit code)."""
+
+    def __init__(self, pid: int, output_dir: Path):
+        from agentic_rl.edge import procs
+
+        self.pid, self.output_dir = pid, output_dir
+        self.start = procs.process_start(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        from agentic_rl.edge import procs
+
+        if not procs.gone(self.pid) and procs.process_start(self.pid) == self.start:
+            return None
+        code = (run_dir.read_status(self.output_dir) or {}).get("exit_code")
+        self.returncode = code if type(code) is int else EXIT_FAIL  # killed before it could record one
+        return self.returncode
+
+
+def start_job(cmd: list[str], env: dict, log_path: Path, lock_fd: int, launch_fd: int,
+              secrets: dict | None = None) -> Job:
+    """The job in its own session (pid == pgid == sid), detached from this process (DETACH), output appended to
+    the log, stdin closed; secrets (the LLM judge's API key) reach it through a pipe (handover.py), never its
+    environment."""
+    from agentic_rl import handover
+
+    read_pid, write_pid = os.pipe()
+    try:
+        with open(log_path, "ab") as log, handover.handed(env, (), secrets) as (env, fds):
+            parent = subprocess.Popen([sys.executable, "-S", "-c", DETACH, str(write_pid), *cmd], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                      pass_fds=(lock_fd, launch_fd, write_pid, *fds), cwd=log_path.parent)
+            os.close(write_pid)
+            write_pid = -1
+            with os.fdopen(read_pid, "rb") as got:
+                read_pid = -1
+                pid = got.read(32)
+            parent.wait()
+    finally:
+        for fd in (read_pid, write_pid):
+            if fd >= 0:
+                os.close(fd)
+    if parent.returncode != 0 or not pid.isdigit():
+        raise UserError(f"the job could not be started (its starter exited with code {parent.returncode}); see "
+                        f"{log_path}", "start again; if it repeats, run the job in the foreground (README)", EXIT_FAIL)
+    return Job(int(pid), log_path.parent)
+
+
+def wait_started(proc: Job, output_dir: Path, seconds: float) -> bool:
     """True once the job is running (or still alive at the end, or already completed, or stopped by its
     budget: exit 0); False when it died."""
     deadline = time.monotonic() + seconds
@@ -122,7 +179,9 @@ def launch(args, overrides: list[str]) -> int:
         preflight.check_oracle(args.oracle, input_dir, int(args.sample or 0), args.cpu_steps is not None)
     output_dir = run_dir.resolve_output_dir(args.output_dir, input_dir)
     try:
-        return launch_in(args, overrides, input_dir, output_dir)
+        with llm_judge.key_held(input_dir) as held:  # out of our environment: the job gets it through a pipe
+            args.judge_key = held
+            return launch_in(args, overrides, input_dir, output_dir)
     except OSError as exc:
         if not files.is_disk_full(exc):
             raise
@@ -149,9 +208,11 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     if args.resume or args.resume_step is not None:
         preflight.check_resume(output_dir, cfg, overrides, source,
                                int(args.resume_step) if args.resume_step is not None else None, not args.rehearse)
-    preflight.check_judge(input_dir)
+    preflight.check_judge(input_dir, output_dir)
+    preflight.check_tool_clash(input_dir)
     if not args.rehearse:
         preflight.check_model_folder(input_dir)
+        preflight.check_template_parser(input_dir, cfg, overrides)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     python = trainer_python() if args.cpu_steps is not None else None  # CPU: no GPU, no driver to check
     address, cluster = ray_address(args), None
@@ -164,6 +225,15 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     if not args.rehearse and args.cpu_steps is None and not cluster:
         preflight.check_driver()
     run_id = run_dir.new_run_id()
+    forecast, why_none = None, forecast_gate.no_forecast(args)
+    if why_none is None and not cluster:
+        forecast = forecast_gate.make(args, input_dir, output_dir, overrides)
+        if forecast is not None:
+            print(forecast_gate.summary_text(forecast))
+            from agentic_rl.launch import budget
+
+            forecast_gate.check_budget(forecast, budget.parse_hours(args.max_hours), args.force_budget)
+    forecast_gate.record(output_dir, run_id, forecast, why_none or (None if forecast else "no forecast could be made"))
     mode = "rehearse" if args.rehearse else "train"
     shown_mode = f"train on CPU, {args.cpu_steps} steps" if args.cpu_steps is not None else mode
     log_path = output_dir / run_dir.LOG_FILE
@@ -177,19 +247,21 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
         proc = start_job(job_command(args, input_dir, output_dir, run_id, gpus, overrides, python, cluster),
                          {**job_env(run_id, gpus, lock_fd, hold_read, output_dir, address if cluster else None),
                           run_card.COMMAND_ENV: getattr(args, "command_line", "")},
-                         log_path, lock_fd, hold_read)
+                         log_path, lock_fd, hold_read, getattr(args, "judge_key", None))
     finally:
         os.close(hold_read)
     from agentic_rl.edge import procs
 
     try:
-        run_dir.record_launch(output_dir, pid=proc.pid, **procs.process_start(proc.pid),
+        run_dir.record_launch(output_dir, pid=proc.pid, **proc.start,
                               run_id=run_id, input_dir=input_dir,
                               config_file=str(source) if args.config_file else None, mode=mode, gpus=gpus)
     except BaseException:
         # No record, no run: the job still waits for EOF on the launch pipe, so it has done nothing yet.
-        procs.signal_group(proc.pid, signal.SIGKILL)  # our own child, leader of its own session
-        proc.wait()
+        procs.signal_group(proc.pid, signal.SIGKILL)  # the job we just started, leader of its own session
+        deadline = time.monotonic() + 5
+        while not procs.gone(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         run_dir.abandon_launch(output_dir, proc.pid, run_id)
         raise
     finally:
@@ -203,8 +275,11 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
                         f"fix what the log says and start again; details: python scripts/check_status.py "
                         f"--output-dir {output_dir}", EXIT_ENV if proc.returncode == EXIT_ENV else EXIT_FAIL)
     print_started(run_id, proc.pid, shown_mode, gpus, output_dir, address if cluster else None)
+    if why_none:
+        print(f"forecast: {why_none}")
     if args.cpu_steps is not None:
         print(cpu_changes_text(output_dir))
+    print_judge_audit(output_dir, input_dir)
     if args.rehearse:
         cost = rehearsal_cost(args, input_dir, cfg, overrides)
         print(cost["text"])
@@ -213,16 +288,43 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     return EXIT_OK
 
 
+def wait_for_field(output_dir: Path, field: str, wait_s: float) -> dict:
+    """The run's status once it records `field` (or the run ended, or wait_s passed)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = run_dir.read_status(output_dir) or {}
+        if field in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
+            return st
+        time.sleep(0.2)
+
+
+def print_judge_audit(output_dir: Path, input_dir: Path, wait_s: float = 60.0) -> None:
+    """The judge audit the job ran at its start (judge_run.audit), as its log says it; a finding the user did
+    not accept is a warning here too, not only in training.log and check_status."""
+    from agentic_rl import untrusted
+    from agentic_rl.launch import judge_run
+
+    audit = wait_for_field(output_dir, "judge_audit", wait_s).get("judge_audit")
+    if not isinstance(audit, dict):
+        print("judge audit: not recorded yet (check_status.py shows it once the run is up)")
+        return
+    try:
+        line = judge_run.summary_line(audit)
+    except (KeyError, TypeError, AttributeError):
+        line = "judge audit: recorded in a form this launcher cannot read (see training.log)"
+    print(untrusted.visible(line))
+    if audit.get("findings") or audit.get("error"):
+        cli.print_warning("the judge may pay answers that do not solve the task: see `python scripts/validate_data.py "
+                          f"{shlex.quote(str(input_dir))}` for each "
+                          "probe's rows and fix, or accept one with --allow-probe NAME (references/judges.md)"
+                          if audit.get("findings") else "the judge audit could not run: check_status.py shows why")
+
+
 def cpu_changes_text(output_dir: Path, wait_s: float = 60.0) -> str:
     """The keys a CPU run changed, as the job recorded them (it composes the config in its first seconds)."""
     from agentic_rl.launch import cpu_mode
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        st = run_dir.read_status(output_dir) or {}
-        if "cpu" in st or st.get("status") in run_dir.TERMINAL_STATES or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    st = wait_for_field(output_dir, "cpu", wait_s)
     cpu = st.get("cpu")
     if not cpu:
         return "changed for the CPU: not recorded yet (see training.status, field cpu)"

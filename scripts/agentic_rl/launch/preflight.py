@@ -1,8 +1,9 @@
 """What the launcher checks before it starts a job, each failing with one Error/Hint and its exit code:
 O/training.lock and a live run (or its orphans) in O, a default output folder holding another task's run,
 --resume with nothing to resume, the GPUs (free ones picked by gpu_select, --gpus that exist), the driver
-against the installed torch's CUDA build, a joined Ray cluster's placement, and an LLM judge's judge.json
-(its fields, its key's variable, an endpoint that answers), and a model folder that check_model calls incomplete.
+against the installed torch's CUDA build, a joined Ray cluster's placement, an LLM judge's judge.json
+(its fields, its key's variable, an endpoint that answers), a tool name published twice (MCP servers, tools.py),
+a model folder that check_model calls incomplete, and a chat template and tool parser that do not agree.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agentic_rl.runs import checkpoints, liveness, run_dir
 
 GPU_KEY = "trainer.n_gpus_per_node"
 FINISHING_WAIT_S = 15.0  # a job whose status is final holds the lock until its process exits
+TOOL_PROBE_TIMEOUT_S = 30.0  # importing tools.py for the tool-name clash check (validate_data's default)
 
 
 
@@ -266,10 +268,28 @@ def check_oracle(path: str, input_dir: Path, sample: int, cpu: bool) -> None:
         cli.print_warning(f"--oracle {path}: {len(unknown)} of its {len(script)} ids match no row of train.jsonl or "
                           f"test.jsonl ({shown}): those lines are never played")
 
-def check_judge(input_dir: Path) -> None:
+def check_tool_clash(input_dir: Path) -> None:
+    """Exit 1 when a tool name is published twice (two MCP servers, or a server and tools.py), as validate_data
+    refuses it: the model would be offered two schemas with one name. A broken agent.json is the job's to name."""
+    from agentic_rl.checks import task_tools
+
+    try:
+        agent = task.load_agent_config(input_dir)
+    except UserError:
+        return
+    clashes = task_tools.tool_clashes(input_dir, agent, TOOL_PROBE_TIMEOUT_S)
+    if clashes:
+        first = clashes[0]
+        raise UserError(f"{input_dir / first.where}: {first.message}", f"{first.hint}; then validate again: python "
+                        f"scripts/validate_data.py {shlex.quote(str(input_dir))}", EXIT_FAIL)
+
+
+def check_judge(input_dir: Path, output_dir: Path | None = None) -> None:
     """An LLM judge (judge.json), before any rollout: a bad field is exit 1 naming it, a key variable that is not
-    set or an endpoint that does not answer exit 3 (validate_data.py says the same, with the audit)."""
+    set or an endpoint that does not answer exit 3, a cache path that is a link, a folder or a pipe exit 1
+    (validate_data.py says the same, with the audit)."""
     from agentic_rl import llm_judge
+    from agentic_rl.checks import judge_llm
     from agentic_rl.edge import judge_service
 
     if not llm_judge.present(input_dir):
@@ -287,6 +307,9 @@ def check_judge(input_dir: Path) -> None:
         raise UserError(f"{input_dir / llm_judge.SPEC_FILE}:base_url: the judge endpoint {spec['base_url']} does not "
                         f"answer: {why}", "start the judge's server, or fix base_url in judge.json; then "
                         "validate_data.py audits it", EXIT_ENV)
+    bad = judge_llm.cache_problem(output_dir / run_dir.JUDGE_CACHE_FILE) if output_dir and spec["cache"] else None
+    if bad is not None:
+        raise UserError(f"{bad.where}: {bad.message}", bad.hint, EXIT_FAIL)
 
 
 def check_model_folder(input_dir: Path) -> None:
@@ -309,3 +332,19 @@ def check_model_folder(input_dir: Path) -> None:
                     f"python scripts/check_model.py --model {shlex.quote(name)} lists what is missing; fetch or build "
                     "it again (a folder left by an interrupted download or build is never reused), or pick another "
                     "model", EXIT_FAIL)
+
+
+def check_template_parser(input_dir: Path, cfg: dict, overrides: list[str]) -> None:
+    """A training start of a task whose agent calls tools: the model's chat template and the configured tool parser
+    must agree (checks/template_checks.start_problem: a call the template writes is read back by the parser), or
+    exit 1 naming both and the parser that would fit, before any process and any GPU."""
+    from agentic_rl.checks import agent_rules, template_checks
+
+    agent = task.load_agent_config(input_dir)
+    parser = setting(cfg, overrides, agent_rules.PARSER_KEY)
+    if not parser or not setting(cfg, overrides, agent_rules.AUTO_TOOL_KEY) or not agent_rules.multi_call(input_dir, agent):
+        return  # not parsing tool calls: the job's check_tool_parsing and validate_data say so
+    found = template_checks.start_problem(agent["model_name"], str(parser))
+    if found is not None:
+        raise UserError(found.message, f"{found.hint}; python scripts/validate_data.py {shlex.quote(str(input_dir))} "
+                        "checks the rest of the template", EXIT_FAIL)

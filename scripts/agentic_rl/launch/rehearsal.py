@@ -266,6 +266,40 @@ def verdict(rep: dict, scripted: bool = False) -> str | None:
     return None
 
 
+ORACLE_FILE_HINT = ("rehearse with --oracle FILE: one line per row with its tool calls and its answer, which the oracle "
+                    "then plays turn by turn (examples.md, \"The oracle file\"; check it first with "
+                    "python scripts/validate_data.py DIR --oracle FILE)")
+
+
+def findings(rep: dict, scripted: bool, tool_task: str | None) -> list[dict]:
+    """What a completed rehearsal against the oracle did not prove, as check_status flags: the oracle earned
+    no reward at all (`oracle_unrewarded`), or, in a tool task rehearsed without an --oracle file, no tool call
+    was made (`tool_loop_not_rehearsed`). tool_task: why the agent calls tools (agent_rules.multi_call), or None."""
+    if rep.get("endpoint") != "oracle" or rep.get("failed") or not rep.get("rollouts"):
+        return []
+    mean = rep.get("mean_reward")
+    unscripted_tools = bool(tool_task) and not scripted and not rep.get("tool_calls")
+    if mean is not None and mean <= 0:
+        if unscripted_tools:
+            message = (f"the oracle could not earn the reward: it answered each row with its ground truth and no "
+                       f"tool call (the task's agent uses {tool_task}, and an oracle without a script calls no tool), "
+                       f"and the judge paid {mean:g} on all {rep['rollouts']} rollouts: it pays only for answers found "
+                       "with the tools. The gateway, the agents and the judge ran; the tool loop did not")
+            hint = ORACLE_FILE_HINT
+        else:
+            message = (f"the oracle could not earn the reward: the judge paid {mean:g} on all {rep['rollouts']} "
+                       "rollouts to " + ("the --oracle file's answers" if scripted else "each row's own ground truth"))
+            hint = ("the judge does not pay the answer it should: score one row's ground truth with judge.py by hand; "
+                    "python scripts/validate_data.py DIR shows the oracle's reward beside an empty answer's")
+        return [{"flag": "oracle_unrewarded", "value": mean, "message": message, "hint": hint}]
+    if unscripted_tools:
+        return [{"flag": "tool_loop_not_rehearsed", "value": 0,
+                 "message": f"no tool call was made: the task's agent uses {tool_task}, and an oracle without a script "
+                            "answers at once with the ground truth, so the tool loop never ran",
+                 "hint": ORACLE_FILE_HINT}]
+    return []
+
+
 def metrics_lines(rep: dict) -> list[dict]:
     """The rehearsal in VERL's file-logger format, so check_status and run_health read it like a run."""
     lines = []

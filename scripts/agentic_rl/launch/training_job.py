@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-from agentic_rl import cli, files, oracle_turns, task
+from agentic_rl import cli, files, handover, llm_judge, oracle_turns, task
 from agentic_rl.cli import UserError
 from agentic_rl.edge import agl, procs, signals
 from agentic_rl.launch import budget, job_config, judge_run, oracle_server, rehearsal
@@ -257,7 +257,6 @@ class Run:
 
         if importlib.util.find_spec("agentlightning") is None:
             raise Failure("gateway", f"agentlightning is not installed for {sys.executable}", cli.EXIT_ENV)
-        self.start_mcp(plan)
         env = agl.service_env(self.run_id, self.key, plan.agent_env)
         for name in ("gateway", "controller"):
             try:
@@ -271,16 +270,19 @@ class Run:
             except UserError as exc:
                 raise Failure(name, exc.message) from None
 
-    def start_mcp(self, plan) -> None:
+    def start_mcp(self, plan) -> list[dict] | None:
         """The task's MCP servers, once for the run, behind the hub the agents reach (edge/mcp_hub.py). The hub and
-        its servers get the job's environment without the run's key (a server's pass_env may list AGL_KEY)."""
+        its servers get the job's environment without the run's key (a server's pass_env may list AGL_KEY).
+        Returns the tools the agent offers (tools.py's, then the servers'), for the judge audit; None without
+        servers. A server's tool named like a tools.py tool fails the run, as validate_data refuses it."""
         from agentic_rl import mcp_config
         from agentic_rl.agents import mcp_client
+        from agentic_rl.checks import agent_rules, task_tools
         from agentic_rl.edge import mcp_hub
 
         servers, _ = mcp_config.parse(task.load_agent_config(self.input_dir))
         if not servers:
-            return
+            return None
         token = agl.new_key()
         env = {**os.environ, mcp_hub.TOKEN_ENV: token, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1",
                "PYTHONPATH": agl.service_env(self.run_id, "", {})["PYTHONPATH"]}
@@ -292,8 +294,19 @@ class Run:
             raise Failure("mcp", exc.message) from None
         plan.agent_env.update({"ARL_MCP_URL": self.mcp.url, mcp_hub.TOKEN_ENV: token})
         self.mcp_token = token
-        self.mcp_tools = {t["name"]: t["server"] for t in mcp_client.list_tools((self.mcp.url, token))}
+        listed = mcp_client.list_tools((self.mcp.url, token))
+        self.mcp_tools = {t["name"]: t["server"] for t in listed}
         log(f"MCP servers up ({', '.join(servers)}): hub {self.mcp.url} (pid {self.mcp.proc.pid})")
+        local = []
+        if (self.input_dir / "tools.py").is_file():
+            local = agent_rules.probe_tools(self.input_dir, judge_run.AUDIT_TIMEOUT_S).get("schemas") or []
+        by_server: dict[str, list[str]] = {}
+        for tool in listed:
+            by_server.setdefault(tool["server"], []).append(tool["name"])
+        clash = task_tools.clash_checks(by_server, [t["function"]["name"] for t in local], "agent.json")
+        if clash:
+            raise Failure("mcp", f"{clash[0].where}: {clash[0].message}; {clash[0].hint}")
+        return local + [{**mcp_client.schema(t), "server": t["server"]} for t in listed]
 
     def prepare_and_run(self) -> None:
         from agentic_rl.checks import task_checks
@@ -327,7 +340,10 @@ class Run:
                 f"{cpu_mode.describe(plan.status['cpu']['changed'])}")
         threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
         self.judge = judge_run.start_service(self.input_dir, self.output_dir, plan.agent_env)
-        auditor = judge_run.AuditThread(self.input_dir, self.args.allow_probe, self.args.oracle, self.judge)
+        # The MCP servers first: a task whose tools they publish is audited with them, as validate_data audits it
+        # (the oracle's tool calls played, no_tool run).
+        tools = self.start_mcp(plan)
+        auditor = judge_run.AuditThread(self.input_dir, self.args.allow_probe, self.args.oracle, self.judge, tools)
         run_ppo = self.import_trainer() if self.mode == "train" else None  # before any service: fail fast
         if self.mode == "train":
             self.check_placement(cfg, plan)
@@ -417,6 +433,7 @@ class Run:
                                planned["rollouts"])
         rep["learning_signal"] = learning_signal.measure(rep["rows"], int(cfg.actor_rollout_ref.rollout.n),
                                                          self.oracle is not None)
+        rep["findings"] = rehearsal.findings(rep, bool(self.args.oracle), self.tool_source())
         run_dir.check_claim(self.output_dir)  # not into a folder that replaced ours
         try:
             if self.args.write_filtered and rep["learning_signal"]["measured"]:
@@ -432,9 +449,19 @@ class Run:
         log(f"rehearsal: {rep['rollouts']} rollouts, mean reward {rep['mean_reward']}, {rep['failed']} failed, "
             f"{rep['judge_errors']} judge errors{tools} -> {self.output_dir / run_dir.REHEARSAL_FILE}")
         log(f"learning signal: {learning_signal.summary_line(rep['learning_signal'])}")
+        for finding in rep["findings"]:
+            log(f"{finding['flag']}: {finding['message']} -- {finding['hint']}")
         problem = rehearsal.verdict(rep, scripted=bool(self.args.oracle))  # a failed rollout, no reward, a tool bug
         if problem:
             raise Failure(self.failure_component(watch.record) if rep["failed"] else "agent", problem[:400])
+
+    def tool_source(self) -> str | None:
+        """Where the task's tools come from (tools.py, else agent.json's mcp_servers), or None without tools."""
+        from agentic_rl import mcp_config
+
+        if (self.input_dir / "tools.py").is_file():
+            return "tools.py"
+        return mcp_config.KEY if mcp_config.declared(task.load_agent_config(self.input_dir)) else None
 
     def write_stopped_report(self, rep: dict) -> None:
         """A rehearsal stopped by its failures still leaves its own rehearsal.json (best effort: the failure
@@ -607,11 +634,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--max-steps and --stop-on count training steps: a rehearsal has none",
                             "a rehearsal honours --max-hours", cli.EXIT_USAGE)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # like nohup: a closed terminal does not end the run
+        handed = handover.receive()  # the launcher's pipe (the LLM judge's API key): before any child starts
         wait_for_launch_record()
         from agentic_rl.edge import reaper
 
         reaper.become_subreaper()  # a process of the run that detaches (double fork, setsid) stays below the job
         run = Run(args, overrides)
+        llm_judge.take_key(run.input_dir, handed)  # held in memory for the judge service (by hand: from our environ)
         refuse_foreign_run_id(run.run_id, run.output_dir)
         run_dir.prepare(run.output_dir)
         handed_over = hold_lock(run.output_dir)

@@ -52,7 +52,11 @@ def line(audit: dict | None) -> str | None:
         parts.append("warnings " + ", ".join(audit["warnings"]))
     agreement = audit.get("agreement")
     if audit["judge"] == "judge.json" and isinstance(agreement, dict) and isinstance(agreement.get("accuracy"), float):
-        parts.append(f"agrees with the labels on {agreement['accuracy']:.0%}")
+        text = f"agrees with the labels on {agreement['accuracy']:.0%} of the audit's answers"
+        least, worst = agreement.get("least"), agreement.get("worst")
+        if isinstance(least, float | int) and least < 0.8 and worst:  # one answer it misjudges hides in the share
+            text += f", on {worst} only {least:.0%}"
+        parts.append(text)
     return text + "; ".join(parts)
 
 

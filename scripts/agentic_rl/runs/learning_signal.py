@@ -117,8 +117,9 @@ def measure(results: list[dict], n: int, oracle: bool) -> dict:
     train = [r for r in results if r.get("split") == "train"]
     if oracle:
         return {"measured": False, "verdict": "needs_real_model", "rollout_n": n,
-                "message": "the rehearsal's oracle answers every row right: its rewards say nothing about what "
-                           "the base model would learn", "hint": HOW_TO_MEASURE}
+                "message": "the rehearsal's oracle answers each row with its ground truth (or its --oracle file's "
+                           "turns), not as a model would: its rewards say nothing about what the base model would "
+                           "learn", "hint": HOW_TO_MEASURE}
     if not train or n < 2:
         why = "no train row was rehearsed (--sample 0)" if not train else f"rollout.n is {n}: a group needs 2 rollouts"
         return {"measured": False, "verdict": "not_measured", "rollout_n": n, "message": why, "hint": HOW_TO_MEASURE}

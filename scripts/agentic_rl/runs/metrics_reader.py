@@ -77,8 +77,12 @@ def strict_loads():
 FAST_LOADS = strict_loads()
 # What a step keeps of its line: the summary's keys; dropped-sample counts and the losses, grad norms
 # and KLs (NAN_KEYS) join as their names are first seen.
+# VERL 0.8's phase timings of a step: check_status names the slow one beside the forecast (step_cost.py).
+PHASE_TIMING_KEYS = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
+                     "timing_s/update_actor", "timing_s/update_critic", "timing_s/save_checkpoint", "timing_s/testing")
 SUMMARY_KEYS = frozenset({k for keys in KEYS.values() for k in keys}
-                         | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS, BEST_ROLLOUT, N_VAL_ROLLOUTS})
+                         | {N_GROUPS, N_ZERO_ADV, N_COLLECTED, N_ROLLOUTS, BEST_ROLLOUT, N_VAL_ROLLOUTS}
+                         | set(PHASE_TIMING_KEYS))
 
 
 HEAD_BYTES = 256

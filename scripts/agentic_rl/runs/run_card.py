@@ -9,6 +9,7 @@
                  where the bundle is a checkout, else the package version)
     seeds        every config key named *seed*, {dotted key: value}
     command      the start_training.sh command line; job_command, the job's own
+    forecast     O/forecast.json of this start: the GPU-hour forecast start_training.sh showed, or why none
     lineage      resumed_from {run_id, step} (the run that saved that checkpoint, from its manifest), and
                  with a resume whose task files changed since: task_files_changed and previous_sha256
 
@@ -119,7 +120,16 @@ def build(*, run_id: str, mode: str, input_dir: Path, output_dir: Path, config_f
     return {"run_id": run_id, "mode": mode, "written": run_dir.now_iso(), "input_dir": str(input_dir),
             "sha256": sha, "config": config, "model": model_record(model), "versions": versions(),
             "seeds": seeds(config), "command": command, "job_command": [sys.executable, *job_argv],
-            "lineage": lineage(output_dir, resumed_from, sha)}
+            "lineage": lineage(output_dir, resumed_from, sha), "forecast": forecast_record(output_dir, run_id)}
+
+
+def forecast_record(output_dir: Path, run_id: str) -> dict | None:
+    """O/forecast.json of this start (the launcher wrote it before the job): the forecast, or why there is none."""
+    try:
+        rec = json.loads((Path(output_dir) / run_dir.FORECAST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("run_id") == run_id else None
 
 
 def write(output_dir: Path, card: dict) -> Path:

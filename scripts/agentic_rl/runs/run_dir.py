@@ -59,6 +59,7 @@ EXPORT_DIR = "export"  # export_model.py's default targets: export/global_step_N
 CPU_ORACLE_FILE = "cpu_oracle.json"  # --cpu-steps --oracle: the turns the CPU rollout server plays (cpu_mode.py)
 CPU_MODEL_DIR = "cpu_model"  # CPU training: the small model of the user's architecture (cpu_model.py)
 COMPARE_DIR = "compare"  # export_model.py --compare: one rehearsal folder per server (base, trained)
+FORECAST_FILE = "forecast.json"  # the start's GPU-hour forecast, or why it has none (launch/forecast_gate.py)
 RUN_CARD_FILE = "run_card.json"  # what produced this run: task file hashes, config, versions, lineage (run_card.py)
 STOP_REQUEST_FILE = ".stop_request.json"  # the job asks the trainer to stop at its next step's end (--stop-on)
 BUDGET_STOP_FILE = ".budget_stop.json"  # the trainer stopped itself at a step's end: why, and the step (budget.py)

@@ -121,9 +121,16 @@ def _failures(value: Any) -> bool:
                              and (value.get("first") is None or type(value.get("first")) is dict))
 
 
+def _findings(value: Any) -> bool:
+    """rehearsal.json findings (rehearsal.findings): [{flag, message, hint, value}], texts and a metric."""
+    return value is None or (type(value) is list and all(
+        type(f) is dict and type(f.get("flag")) is str and all(type(f.get(k)) is str for k in ("message", "hint"))
+        and reward(f.get("value")) for f in value))
+
+
 # rehearsal.json's summary fields and their tests.
 REHEARSAL_FIELDS = {"run_id": _text, "mean_reward": reward, "failed": count, "judge_errors": count,
-                    "rollouts": count, "planned": count}
+                    "rollouts": count, "planned": count, "findings": _findings}
 
 
 def status_fields(record: dict) -> tuple[dict, list[str]]:

@@ -30,6 +30,7 @@ from agentic_rl.runs import (
     run_health,
     run_records,
     sample_reader,
+    step_cost,
     validation,
     verdict,
 )
@@ -148,6 +149,10 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
     ckpts = checkpoints.checkpoint_steps(output_dir)
     ckpts.update(checkpoint_files.usable_steps(output_dir, st.get("resumed_from_step") if state["alive"] else None))
     flags += checkpoint_flags(ckpts, output_dir, state["alive"])
+    spent = step_cost.cost(history, st, step_cost.read_forecast(output_dir, st.get("run_id")),
+                           round((end or time.time()) - start) if start else None)
+    if spent and spent.get("flag"):
+        flags.append(spent["flag"])
     best = validation.best_checkpoint(output_dir, h["evals"], ckpts["usable"])
     proc_state = state["state"]
     if state["alive"] and proc_state in ("stopped", "stopped (traced)", "zombie", "disk-sleep"):
@@ -167,6 +172,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "verdict": verdict.judge(history, flags, h["stall"], {**st, "status": status}, h["mine"], h["evals"]),
         "rollout_failures": st.get("rollout_failures"), "stall": h["stall"], "budget": st.get("budget"),
         "run_card": run_card.summary(output_dir, st.get("run_id")),
+        "cost": spent,
         "log_tail": log[-lines:] if lines > 0 else [], "output_dir": str(output_dir),
         "skipped": skipped(history.skipped["lines"], history.skipped["values"], recent.skipped,
                            len(bad_fields) + len(h["bad_rehearsal"])),
@@ -196,12 +202,19 @@ def health(output_dir: Path, st: dict, log: list[str], alive: bool,
                                # a rehearsal measured its groups whole (learning_signal); no guess from samples
                                st.get("mode") == "rehearse" or metrics_reader.N_GROUPS in metrics_reader.key_union(history))
              + rollout_failure_flags(st.get("rollout_failures")) + learning_signal.rehearsal_flags(signal)
-             + judge_view.flags(audit))
+             + rehearsal_flags(rehearsal) + judge_view.flags(audit))
     return {"history": history, "scope": scope, "judge_errors": judge_errors, "rehearsal": rehearsal,
             "bad_rehearsal": bad_rehearsal, "recent": recent, "mine": mine, "signal": signal, "audit": audit,
             "flags": flags,
             "stall": run_health.stall(history, st, log, alive),
             "evals": validation.evaluations(history, [s for s in mine if s.get("split") == "val"])}
+
+
+def rehearsal_flags(rehearsal: dict | None) -> list[dict]:
+    """What a completed rehearsal did not prove (rehearsal.findings: the oracle earned nothing, the tool loop
+    never ran), as flags."""
+    return [{"flag": f["flag"], "step": None, "value": f.get("value"), "message": f["message"], "hint": f["hint"]}
+            for f in (rehearsal or {}).get("findings") or []]
 
 
 def checkpoint_flags(ckpts: dict, output_dir: Path, alive: bool = False) -> list[dict]:

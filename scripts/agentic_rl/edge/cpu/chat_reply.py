@@ -51,18 +51,31 @@ def prompt_ids(tokenizer, body: dict) -> list[int]:
                                               return_dict=False))
 
 
-def decoded(tokenizer, ids: list[int], finish: str, eos_ids: set[int], skip_special: bool) -> str:
-    """The text vLLM returns for these ids: the stop token that ended a "stop" generation is not in it."""
+def decoded(tokenizer, ids: list[int], finish: str, eos_ids: set[int], skip_special: bool,
+            prompt_ids: list[int] | None = None) -> str:
+    """The text vLLM returns for these ids: the stop token that ended a "stop" generation is not in it.
+    vLLM detokenizes as it generates (vllm/v1/engine/detokenizer.py FastIncrementalDetokenizer: tokenizers'
+    DecodeStream primed with the prompt), so bytes of a character the answer never finished are not in its
+    text, where a plain decode ends with U+FFFD (make vllm-parity found it); a tokenizer without
+    DecodeStream's backend decodes whole."""
     if finish == "stop" and ids and ids[-1] in eos_ids:
         ids = ids[:-1]
-    return tokenizer.decode(ids, skip_special_tokens=skip_special)
+    backend = getattr(tokenizer, "_tokenizer", None)
+    try:
+        from tokenizers.decoders import DecodeStream
+    except ImportError:
+        backend = None
+    if backend is None or prompt_ids is None:
+        return tokenizer.decode(ids, skip_special_tokens=skip_special)
+    stream = DecodeStream(ids=list(prompt_ids), skip_special_tokens=skip_special)
+    return "".join(piece for piece in (stream.step(backend, t) for t in ids) if piece)
 
 
 def chat_choice(tokenizer, ids: list[int], finish: str, eos_ids: set[int], body: dict,
-                parser: str | None) -> tuple[dict, str]:
+                parser: str | None, prompt_ids: list[int] | None = None) -> tuple[dict, str]:
     """(the assistant message, finish_reason) of a chat completion, as vLLM answers it."""
     skip = tool_calls.skip_special_tokens(parser, body) if parser else bool(body.get("skip_special_tokens", True))
-    text = decoded(tokenizer, ids, finish, eos_ids, skip)
+    text = decoded(tokenizer, ids, finish, eos_ids, skip, prompt_ids)
     if parser and tool_calls.applies(body):
         parsed = tool_calls.parse(parser, text)
         return parsed.message(), tool_calls.finish_reason(parsed, finish)

@@ -195,7 +195,8 @@ class CpuLLMServer:
         return {"max_tokens": room,
                 "temperature": 1.0 if temperature is None else float(temperature),
                 "top_k": int(body.get("top_k") or -1), "top_p": float(body.get("top_p") or 1.0),
-                "seed": int(seed) if seed is not None else self.request_seed(prompt_ids)}
+                "seed": int(seed) if seed is not None else self.request_seed(prompt_ids),
+                "ignore_eos": bool(body.get("ignore_eos"))}  # vLLM's: run to max_tokens (benchmarks)
 
     async def complete(self, body: dict, chat: bool) -> dict:
         if body.get("stream"):
@@ -221,9 +222,10 @@ class CpuLLMServer:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
         if chat:  # forced or sampled alike: what the configured tool parser reads in the decoded ids
             choice["message"], choice["finish_reason"] = chat_reply.chat_choice(self.tokenizer, ids, finish, self.eos_ids,
-                                                                                body, self.tool_parser)
+                                                                                body, self.tool_parser, prompt_ids)
         else:
-            choice["text"] = self.tokenizer.decode(ids, skip_special_tokens=True)
+            choice["text"] = chat_reply.decoded(self.tokenizer, ids, finish, self.eos_ids,
+                                                bool(body.get("skip_special_tokens", True)), prompt_ids)
         if body.get("logprobs"):
             tokens = self.tokenizer.convert_ids_to_tokens(ids)
             content = [{"token": t, "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in zip(tokens, logps, strict=True)]

@@ -58,7 +58,7 @@ ALLOWED = {
     "agents": {"", "runs", "edge"},  # edge: reaper only (AGENT_IMPORTS)
     "checks": {"", "edge", "agents"},
     "runs": {"", "edge"},
-    "forecast": {"", "edge", "checks", "runs"},  # the bill before booking: reads gates' values, not a run
+    "forecast": {"", "edge", "agents", "checks", "runs"},  # the bill before booking: reads gates' values, not a run
     "launch": {"", "edge", "agents", "checks", "runs", "forecast"},
     "export": {"", "edge", "checks", "runs"},
     "sources": {"", "edge", "checks"},  # new_task.py's: what users already have, made into a task folder

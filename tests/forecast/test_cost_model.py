@@ -126,20 +126,30 @@ def test_prompt_tokens_through_the_models_own_tokenizer_and_template(tmp_path):
     agent = json.loads((ROOT / "assets" / "example" / "agent.json").read_text())
     counts, how = task_tokens.prompt_token_counts(tmp_path / "m", ROOT / "assets" / "example", rows[:5], agent)
     assert total == 256 and len(counts) == 5 and "chat template" in how
-    from agentic_rl.edge import chat_tokens
+    from agentic_rl.agents import kit
+    from agentic_rl.edge import chat_template, chat_tokens
 
     tok = chat_tokens.ChatTokens(tmp_path / "m")
-    text = tok.render(task_tokens.messages_of(rows[0], (ROOT / "assets/example/task.goal").read_text(), agent))
+    messages = kit.build_messages(rows[0], (ROOT / "assets/example/task.goal").read_text(), agent)
+    text = tok.render(messages)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
     assert counts[0] == tok.count([text])[0]
+    # The forecast's fast renderer is held to transformers' apply_chat_template (what vLLM and validate_data
+    # render with), with tools and without, and to its tokenizer's ids.
+    real = chat_template.load(tmp_path / "m")
+    tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate an expression.",
+                                               "parameters": {"type": "object", "required": ["expression"],
+                                                              "properties": {"expression": {"type": "string"}}}}}]
+    for offered in (None, tools):
+        assert tok.render(messages, offered) == chat_template.render(real, messages, offered, generation_prompt=True)
+    assert tok.count([text])[0] == len(chat_template.encode(real, text))
     estimated, how = task_tokens.prompt_token_counts(None, ROOT / "assets" / "example", rows[:5], agent)
     assert "estimated" in how and all(c > 0 for c in estimated)
 
 
-def test_a_10000_row_task_is_forecast_within_a_second(tmp_path):
-    """make bench shows it too (bench/forecast_bench.py); here a loose ceiling."""
+def test_a_10000_row_task_is_forecast_from_2000_rows_spread_over_it(tmp_path):
+    """Its time is make bench's to measure (bench/forecast_bench.py: at most 1 s); here what keeps it cheap."""
     import importlib.util
-    import time
 
     spec = importlib.util.spec_from_file_location("forecast_bench", ROOT / "bench" / "forecast_bench.py")
     bench = importlib.util.module_from_spec(spec)
@@ -147,10 +157,8 @@ def test_a_10000_row_task_is_forecast_within_a_second(tmp_path):
     task, model = bench.make_task(tmp_path, 10_000)
     from agentic_rl.forecast import build
 
-    started = time.perf_counter()
     f = build.make(task, model=str(model), gpu=gpus.lookup("H100"))
     assert f["prompt_tokens"]["rows_in_file"] == 10_000 and f["prompt_tokens"]["rows"] == 2_000
-    assert time.perf_counter() - started < 5.0
 
 
 def test_the_docs_list_every_parameter():

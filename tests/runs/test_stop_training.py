@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+import mcp_servers
 import psutil
 import pytest
 import stop_training
@@ -281,29 +282,6 @@ def test_a_stop_whose_exception_python_dropped_still_stops(who):
             proc.stdout + proc.stderr
 
 
-DETACHING_SERVER = '''
-import os
-from mcp.server.fastmcp import FastMCP
-
-mcp = FastMCP("detacher")
-
-
-@mcp.tool()
-def leave_daemon() -> int:
-    """Start a helper that detaches the daemon way (double fork, setsid, a clean environment); its pid."""
-    read, write = os.pipe()
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            os.write(write, str(os.getpid()).encode())
-            os.execve("/bin/sleep", ["sleep", "300"], {})
-        os._exit(0)
-    os.wait()
-    return int(os.read(read, 32))
-
-
-mcp.run("stdio")
-'''
 
 
 def test_force_ends_what_an_mcp_server_detached(tmp_path, example_task, runs):
@@ -316,7 +294,7 @@ def test_force_ends_what_an_mcp_server_detached(tmp_path, example_task, runs):
     out.mkdir()
     task = tmp_path / "mcp_task"
     task.mkdir()
-    (task / "server.py").write_text(DETACHING_SERVER)
+    (task / "server.py").write_text(mcp_servers.SERVER)
     (task / "agent.json").write_text(json.dumps({"model_name": "m", "mcp_servers": {
         "detacher": {"command": "python", "args": ["server.py"]}}}))
     token = agl.new_key()

@@ -1,7 +1,10 @@
 """The one module that reads a model's tokenizer and chat template: Hugging Face `tokenizers` (tokenizer.json)
 and a sandboxed Jinja2 rendering of tokenizer_config.json's chat_template, as transformers'
 apply_chat_template renders it (trim_blocks, lstrip_blocks, raise_exception, tojson, strftime_now).
-No weights, no transformers import. Imported lazily: nothing here runs at import time.
+No weights, no transformers import: the forecast counts thousands of rows within its one-second budget, and
+importing transformers alone takes longer than that here. edge/chat_template.py (transformers itself) is the
+reference the checks render with; tests/forecast/test_cost_model.py holds this one to it, with tools and without,
+text and token ids. Imported lazily: nothing here runs at import time.
 
     >>> ChatTokens.chat_template_of({"chat_template": [{"name": "default", "template": "x"}]})
     'x'

@@ -14,19 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentic_rl import task
+from agentic_rl.agents import kit
 
 CHARS_PER_TOKEN = 4.0  # the estimate without a tokenizer (English and code run 3.5-4.5)
 MAX_ROWS = 2_000  # beyond it, rows evenly spread over the file stand for the rest (a mean to well under 1 %)
-
-
-def messages_of(row: dict, template: str, agent: dict) -> list[dict]:
-    """The chat messages of a row's first model call, as agents/kit.build_messages makes them."""
-    out = []
-    if agent.get("system_prompt"):
-        out.append({"role": "system", "content": str(agent["system_prompt"])})
-    out.append({"role": "user", "content": task.render_template(template, row)})
-    return out
 
 
 def read_rows(path: Path, limit: int = MAX_ROWS) -> tuple[list[dict], int]:
@@ -48,7 +39,7 @@ def prompt_token_counts(model_dir: Path | None, input_dir: Path, rows: list[dict
                         tools: list[dict] | None = None) -> tuple[list[int], str]:
     """(prompt tokens of each row, how they were counted)."""
     template = (input_dir / "task.goal").read_text(encoding="utf-8") if (input_dir / "task.goal").is_file() else ""
-    conversations = [messages_of(row, template, agent) for row in rows]
+    conversations = [kit.build_messages(row, template, agent) for row in rows]  # the bundled agent's first call
     if model_dir is not None:
         from agentic_rl.edge import chat_tokens
 

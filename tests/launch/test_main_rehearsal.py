@@ -25,7 +25,7 @@ import pytest
 from agentic_rl import cli
 from agentic_rl.agents import kit
 from agentic_rl.edge import agl
-from agentic_rl.launch import job_config, oracle_server, rehearsal
+from agentic_rl.launch import job_rows, oracle_server, rehearsal
 from agentic_rl.launch import training_job as main_py
 from agentic_rl.runs import attempts, checkpoint_files, checkpoints, failures, run_card, run_dir
 from conftest import SCRIPTS, run_module, run_script
@@ -450,7 +450,7 @@ def test_oracle_answers_like_vllm():
 
 def test_rows_of_different_shapes_travel_as_one_string_field():
     rows = [{"q": "a", "ground_truth": 3}, {"q": "b", "ground_truth": "x", "metadata": {"k": [1]}}]
-    wrapped = job_config.wrap_rows(rows)
+    wrapped = job_rows.wrap_rows(rows)
     assert [set(w) for w in wrapped] == [{"arl_row", "extra_info"}] * 2
     assert [json.loads(w["arl_row"]) for w in wrapped] == rows
     # LoadedDataset takes the rollout index from extra_info.index (0 for every row without it).

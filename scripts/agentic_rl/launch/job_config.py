@@ -36,11 +36,7 @@ config.json, then the `--` overrides). Then main.py forces, whatever the user wr
 
 Then, in train mode, VERL's own validate_config where verl is importable. total_training_steps in the status
 is VERL's count: floor(train rows / (data.gen_batch_size or data.train_batch_size)) x total_epochs.
-
-    >>> wrap_row({"question": "1+2", "ground_truth": 3}, 7)
-    {'arl_row': '{"question": "1+2", "ground_truth": 3}', 'extra_info': {'index': 7}}
-    >>> wrap_row({"question": "1+2", "meta": {"level": 2}}, 0, {"Q": ["question"], "LEVEL": ["meta", "level"]})["arl_env"]
-    {'Q': '1+2', 'LEVEL': '2'}
+(The rows as the trainer gets them: job_rows.py.)
 """
 
 from __future__ import annotations
@@ -55,15 +51,12 @@ from typing import Any
 
 from agentic_rl import cli, files, task
 from agentic_rl.checks import config_values
-from agentic_rl.launch import loopback, rehearsal
+from agentic_rl.launch import job_rows, loopback, rehearsal
 from agentic_rl.runs import attempts, checkpoints, run_dir
 
 BUNDLED_AGENT = "agentic_rl.agents.template:TemplateJudgeAgent"
 TOOL_AGENT = "agentic_rl.agents.tool_agent:ToolAgent"
 TASK_FOLDER_AGENT = "agentic_rl.agents.template:TaskFolderAgent"
-ROW_ENV = "ARL_ROW"
-ROW_FIELD = "arl_row"
-ENV_FIELD = "arl_env"  # env_map's row fields, resolved per row: {NAME: text}
 
 
 class Failure(Exception):
@@ -72,45 +65,6 @@ class Failure(Exception):
     def __init__(self, component: str, reason: str, code: int = cli.EXIT_FAIL):
         super().__init__(reason)
         self.component, self.reason, self.code = component, reason, code
-
-
-def wrap_row(row: dict, index: int, env_paths: dict[str, list[str]] | None = None) -> dict:
-    """A row as the trainer gets it: one JSON string, and its position where LoadedDataset reads the index;
-    with env_paths (row_env_paths), the text of each env_map field, as Agent Lightning would set it."""
-    out: dict = {ROW_FIELD: json.dumps(row, ensure_ascii=False), "extra_info": {"index": index}}
-    if env_paths:
-        out[ENV_FIELD] = {name: _field_text(row, index, name, path) for name, path in env_paths.items()}
-    return out
-
-
-def _field_text(row: dict, index: int, name: str, path: list[str]) -> str:
-    value: Any = row
-    for part in path:
-        if not isinstance(value, dict) or part not in value:
-            shown = f"row {index + 1}" + (f" (id {row['id']})" if isinstance(row.get("id"), (str, int)) else "")
-            raise Failure("preflight", f"agentlightning.local.env_map.{name}: input.{'.'.join(path)}: {shown} has "
-                          f"no field {'.'.join(path)}; give every row that field, or drop {name} from env_map")
-        value = value[part]
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)  # as Agent Lightning does
-
-
-def wrap_rows(rows: list[dict], env_paths: dict[str, list[str]] | None = None) -> list[dict]:
-    return [wrap_row(row, i, env_paths) for i, row in enumerate(rows)]
-
-
-def row_env_paths(env_map: dict) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """The user's env_map (checked by config_checks.env_map_checks) as ({NAME: field path} each wrapped row
-    resolves, the env_map Agent Lightning gets). Rows travel as one JSON string (input.arl_row), so
-    "input.question" would find nothing there: it is read from the row here and handed on as
-    input.arl_env.NAME; "input" (the whole input) is the row's JSON."""
-    paths, translated = {}, {}
-    for name, value in env_map.items():
-        if value == "input":
-            translated[name] = f"input.{ROW_FIELD}"
-        else:
-            paths[name] = value.split(".")[1:]
-            translated[name] = f"input.{ENV_FIELD}.{name}"
-    return paths, translated
 
 
 def load_rows(input_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -143,7 +97,7 @@ class Plan:
     env_paths: dict = field(default_factory=dict)  # row_env_paths: what each wrapped row carries
 
     def wrap(self, rows: list[dict]) -> list[dict]:
-        return wrap_rows(rows, self.env_paths)
+        return job_rows.wrap_rows(rows, self.env_paths)
 
 
 def _set(cfg: Any, key: str, value: Any) -> None:
@@ -299,13 +253,13 @@ def build(run: Any, train_rows: list[dict], test_rows: list[dict]) -> Plan:
     for check in config_checks.env_map_checks({"agentlightning": {"local": {"env_map": env_map}}}, "the config"):
         if check.status == "fail":
             raise Failure("config", f"{check.message}; {check.hint}"[:400])
-    env_paths, env_map = row_env_paths(dict(env_map))
+    env_paths, env_map = job_rows.row_env_paths(dict(env_map))
     for name, rows in (("train.jsonl", train_rows), ("test.jsonl", test_rows)) if env_paths else ():
         try:  # every row has the fields, before any service starts
-            wrap_rows(rows, env_paths)
-        except Failure as exc:
-            raise Failure("preflight", f"{name}: {exc.reason}") from None
-    _set(cfg, "agentlightning.local.env_map", {**env_map, ROW_ENV: f"input.{ROW_FIELD}"})
+            job_rows.wrap_rows(rows, env_paths)
+        except job_rows.MissingField as exc:
+            raise Failure("preflight", f"{name}: {exc}") from None
+    _set(cfg, "agentlightning.local.env_map", {**env_map, job_rows.ROW_ENV: f"input.{job_rows.ROW_FIELD}"})
     _set(cfg, "agentlightning.agl_base_url", "http://127.0.0.1:0")  # the real URL once the gateway is up
     _set(cfg, "agentlightning.agl_key", "")
     if mode:

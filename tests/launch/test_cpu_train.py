@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -310,7 +311,11 @@ def test_the_selftest_learned_by_the_documented_rule(cpu_run):
     # the rule, on the verdict's own numbers (each rounded to 6 places, as the threshold is)
     assert v["last_mean"] >= v["threshold"] == pytest.approx(v["first_mean"] + 0.75 * (v["first_best"] - v["first_mean"]),
                                                              abs=2e-6)
-    assert v["line"].startswith(f"learned: reward {v['first_mean']:.3g} -> {v['last_mean']:.3g} in {N} steps (threshold")
+    # the line shows them to 3 significant digits (from the unrounded means: the last digit may differ by one)
+    shown = re.match(rf"learned: reward (\S+) -> (\S+) in {N} steps \(threshold ", v["line"])
+    assert shown, v["line"]
+    assert float(shown[1]) == pytest.approx(v["first_mean"], rel=5e-3, abs=1e-6), v["line"]
+    assert float(shown[2]) == pytest.approx(v["last_mean"], rel=5e-3, abs=1e-6), v["line"]
     assert [s for s, _ in report["rewards"]] == list(range(1, N + 1))
     assert f"step {N}/{N}" in proc.stderr  # the progress it printed while it waited
 

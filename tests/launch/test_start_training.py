@@ -85,8 +85,17 @@ def test_start_records_the_run_and_hands_the_lock_to_main(example_task, tmp_path
 def test_the_job_is_detached_from_whoever_started_it(example_task, tmp_path, runs, capsys):
     """The launcher's process (and the shell above it, whose environment holds what the user exported: an LLM
     judge's API key) is never an ancestor of the job, so never of a rollout's tools, even while it waits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(was), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER: another test may have made us one
+    libc.prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER 0: as a user's shell, orphans go past us to init
     out = tmp_path / "out"
-    assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"]) == 0
+    try:
+        assert launcher.main(["--input-dir", str(example_task), "--output-dir", str(out), "--rehearse"]) == 0
+    finally:
+        libc.prctl(36, was.value, 0, 0, 0)
     st = status(out)
     runs.append(st["run_id"])
     job = psutil.Process(st["pid"])

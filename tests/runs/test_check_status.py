@@ -263,9 +263,13 @@ def test_watch_left_with_ctrl_c_exits_with_the_runs_code_and_no_error(tmp_path, 
     import signal
 
     write_status(tmp_path, **live_run)
-    proc = subprocess.Popen([sys.executable, str(Path(check_status.__file__)), "--output-dir", str(tmp_path),
-                             "--watch", "0.2"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    # As a terminal's foreground job gets it: SIGINT at its default and unblocked, whatever this test process
+    # (an xdist worker) inherited; a process started with SIGINT ignored never sees Ctrl-C (Python's rule).
+    interactive = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); os.execv(sys.executable, sys.argv)")
+    proc = subprocess.Popen([sys.executable, "-c", interactive, str(Path(check_status.__file__)), "--output-dir",
+                             str(tmp_path), "--watch", "0.2"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

@@ -38,6 +38,20 @@ from pathlib import Path
 _TAG = {name: re.compile(rf"<{name}>\n(.*?)\n</{name}>", re.S) for name in ("reference_answer", "response", "task")}
 
 
+RUBRIC = "Grade the answer against the reference. Reply with <score>N</score>, N from 0 (wrong) to 10 (right)."
+
+
+def judge_spec(url: str, **fields) -> dict:
+    """judge.json's spec for the server at url with fields over the defaults, as llm_judge.check makes it
+    (asserted free of problems)."""
+    from agentic_rl import llm_judge
+
+    spec, problems, _ = llm_judge.check({"type": "llm", "base_url": url, "model": "judge", "rubric": RUBRIC,
+                                         **fields})
+    assert not problems, problems
+    return spec
+
+
 def final_answer(text: str) -> str:
     return text.rsplit("Answer:", 1)[-1].strip() if "Answer:" in text else text.strip()
 

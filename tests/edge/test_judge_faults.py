@@ -13,16 +13,11 @@ import time
 import pytest
 from agentic_rl import llm_judge
 from agentic_rl.edge import judge_cache, judge_service
-from judge_server import JudgeServer
-
-RUBRIC = "Grade the answer against the reference. Reply with <score>N</score>, N from 0 (wrong) to 10 (right)."
+from judge_server import RUBRIC, JudgeServer, judge_spec
 
 
 def spec_for(url: str, **extra) -> dict:
-    spec, problems, _ = llm_judge.check({"type": "llm", "base_url": url, "model": "judge", "rubric": RUBRIC,
-                                         "max_retries": 0, **extra})
-    assert not problems, problems
-    return spec
+    return judge_spec(url, **{"max_retries": 0, **extra})
 
 
 def timed(fn, *args, **kwargs):

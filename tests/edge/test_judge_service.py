@@ -14,7 +14,7 @@ import pytest
 from agentic_rl import llm_judge
 from agentic_rl.edge import judge_service
 from conftest import ROOT
-from judge_server import JudgeServer
+from judge_server import RUBRIC, JudgeServer, judge_spec
 
 
 @pytest.fixture(autouse=True)
@@ -22,14 +22,8 @@ def quick_backoff(monkeypatch):
     monkeypatch.setattr(judge_service, "BACKOFF_S", 0.02)  # the retries' waits; what they honour is the point
 
 
-RUBRIC = "Grade the answer against the reference. Reply with <score>N</score>, N from 0 (wrong) to 10 (right)."
-
-
 def spec_for(url: str, **extra) -> dict:
-    spec, problems, _ = llm_judge.check({"type": "llm", "base_url": url, "model": "judge", "rubric": RUBRIC,
-                                         "max_retries": 2, **extra})
-    assert not problems, problems
-    return spec
+    return judge_spec(url, **{"max_retries": 2, **extra})
 
 
 def test_scores_are_cached_in_the_file_and_a_new_service_pays_nothing(tmp_path):

@@ -113,16 +113,20 @@ class Cache:
             self._say(f"the judge cache {self.path} {why}: it is not used (nothing there is touched); answers are "
                       "asked afresh")
 
-    def _load(self) -> None:
+    def _open(self, flags: int, verb: str) -> int | None:
+        """The cache file's descriptor, or None: absent (reading), or refused or failing, which turns the cache off."""
         try:
-            fd = open_file(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
+            return open_file(self.path, flags)
         except Refused as exc:
             self._disable(str(exc))
-            return
         except OSError as exc:
-            self._disable(f"cannot be read ({exc.strerror})")
+            if not (isinstance(exc, FileNotFoundError) and not flags & os.O_CREAT):
+                self._disable(f"cannot be {verb} ({exc.strerror})")
+        return None
+
+    def _load(self) -> None:
+        fd = self._open(os.O_RDONLY, "read")
+        if fd is None:
             return
         with os.fdopen(fd, "rb") as f:
             while line := f.readline(LINE_MAX + 1):
@@ -180,13 +184,8 @@ class Cache:
     def _append(self, text: str) -> None:
         if self.path is None or self.off is not None:
             return
-        try:
-            fd = open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        except Refused as exc:
-            self._disable(str(exc))
-            return
-        except OSError as exc:
-            self._disable(f"cannot be written ({exc.strerror})")
+        fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT, "written")
+        if fd is None:
             return
         try:
             os.write(fd, text.encode("utf-8"))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from agentic_rl import tool_calls
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 24"}}\n</tool_call>'
@@ -44,6 +44,9 @@ def test_hermes_reads_what_vllm_reads(text, calls, content):
     '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>["f", {}]</tool_call>', "<tool_call></tool_call>",
     '<tool_call>{"name": 3, "arguments": {}}</tool_call>', '<tool_call>{"name": "f", "arguments": {"a": 1}',
     CALL + "<tool_call>{broken", '{"name": "f", "arguments": {}}',  # llama3's format: not hermes'
+    # vLLM's non-greedy <tool_call>(.*?)</tool_call> ends at a closing tag inside a string: no call, all text
+    '<tool_call>\n{"name": "</tool_call>", "arguments": {}}\n</tool_call>',
+    '<tool_call>\n{"name": "f", "arguments": {"q": "a</tool_call>b"}}\n</tool_call>',
 ])
 def test_hermes_leaves_anything_else_as_text(text):
     parsed = tool_calls.parse("hermes", text)
@@ -111,8 +114,10 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
 def test_hermes_reads_back_any_call_the_tiny_template_renders(name, arguments, content):
     """The tiny template writes a call as `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>`, the
     arguments as the agent sends them back (hermes' own string): hermes reads the same name and arguments,
-    and the content before it as it was."""
+    and the content before it as it was. A closing tag inside a string cannot be read back, by vLLM either
+    (test_hermes_leaves_anything_else_as_text)."""
     args = json.dumps(arguments, ensure_ascii=False)
+    assume("</tool_call>" not in name + args)
     text = content + '<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ' + args \
         + "}\n</tool_call>"
     parsed = tool_calls.parse("hermes", text)

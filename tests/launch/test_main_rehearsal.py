@@ -797,6 +797,8 @@ def test_the_start_prints_the_judge_audit_and_warns_of_its_findings(example_task
     """The audit the job runs at its start was only in training.log and check_status: start_training.sh shows it."""
     out = tmp_path / "out"
     run_folders.append(out)
+    cut_rows(example_task, "train.jsonl", 16)  # the audit's 16 rows; the rehearsal after it: the start, not the rows
+    cut_rows(example_task, "test.jsonl", 2)
     started = launch(example_task, out, "--rehearse")
     assert started.returncode == 0, started.stderr
     assert "judge audit (judge.py): 6 probes on 16 rows: none scores near the oracle" in started.stdout, started.stdout

@@ -1,8 +1,10 @@
 """The tiny models' tokenizer and chat template (tools/make_tiny_model.py): a byte-level BPE trained here.
 
-It can spell anything: every UTF-8 string encodes to ids that decode back to it (no normalizer, no
-unknown token; 256 byte tokens under the merges), so a tool call, JSON, English or Cyrillic reaches a
-tiny model and comes back as written. The merges are learned from a corpus generated here, seeded (the
+It can spell anything: every UTF-8 string in NFC form encodes to ids that decode back to it (no unknown
+token; 256 byte tokens under the merges), so a tool call, JSON, English or Cyrillic reaches a tiny model and
+comes back as written. Its one normalizer is Qwen2's NFC, which transformers 5 puts on every qwen2 folder's
+tokenizer whatever tokenizer.json says (so vLLM and VERL read a real Qwen2.5 the same way): a decomposed
+"e\u0301" comes back as "\u00e9", as it does from Qwen2.5 itself. The merges are learned from a corpus generated here, seeded (the
 same command gives the same bytes): English sentences, arithmetic, JSON, tool calls in the chat
 template's format, code-ish lines and a little non-Latin text. The pre-tokenizer splits as Qwen2's does
 (letters, single digits, punctuation runs, newlines), so digits are tokens of their own.

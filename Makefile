@@ -70,12 +70,12 @@ lock-train: $(STAMP)
 	  --python-version 3.12 --python-platform x86_64-manylinux_2_28 --no-python-downloads \
 	  --custom-compile-command 'make lock-train' --quiet -o $(TRAIN_LOCK)
 
-# Two xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
-# --no-loadscope-reorder keeps that order): about 9 min on a quiet 2-core machine. Three
-# workers were no faster, and load the timing of the process tests more. PYTEST_ARGS= runs them one after
-# another. check-train-deps waits on the registry, not the CPU: it runs beside pytest, its output is
+# Three xdist workers, each module whole on one, slowest modules first (tests/conftest.py orders them;
+# --no-loadscope-reorder keeps that order): about 10 min on a quiet 2-core machine. Many process tests
+# wait (on a server, a retry, a stop) more than they compute: two workers left a fifth of the CPU idle and
+# took 11:15. PYTEST_ARGS= runs them one after another. check-train-deps waits on the registry, not the CPU: it runs beside pytest, its output is
 # printed after, and either failing fails the target.
-PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
+PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder
 test: venvs
 	@$(MAKE) --no-print-directory lint
 	@mkdir -p build

@@ -207,29 +207,35 @@ def cpu_run(verl_venv):
     assert not any(left.values()), f"processes left behind: {left}"
 
 
-# Modules measured slowest first (serial `--durations=0`, seconds). Under `make test`'s two xdist
-# workers each module runs whole on one worker, taken in this order, so the long ones start first
-# and the short ones fill the tail (longest-first scheduling) instead of a long one starting last.
+# Modules measured slowest first (seconds of setup + call + teardown in a `make test` of a fresh clone,
+# --durations=0, 2026-12-07). Under `make test`'s xdist workers each module runs whole on one worker, taken
+# in this order, so the long ones start first and the short ones fill the tail (longest-first scheduling)
+# instead of a long one starting last.
 SLOWEST_MODULES = (
-    "test_cluster.py",  # ~210 s: two raylets, one real PPO step across them
-    "test_main_rehearsal.py",  # ~210 s
-    "test_cpu_train.py",  # ~160 s: the shared real CPU run (the learning self-test), its resume and export
-    "test_slurm_template.py",  # ~110 s: a one-node SLURM runs the template (CI starts munged first)
-    "test_train_path.py",  # ~130 s
-    "test_export_model.py",  # ~110 s
-    "test_cpu_tool_train.py",  # ~90 s
-    "test_stop_training.py",  # ~75 s
-    "test_secrets.py",  # ~55 s: two rehearsals with an LLM judge whose tools look for the run's secrets
-    "test_new_task_rehearsal.py",  # ~20 s: three rehearsals at once (one per new_task.py source)
-    "test_new_task.py",  # ~20 s: a dozen folders validated for real
-    "test_validate_data.py",
-    "test_verl_parity.py",
+    "test_cpu_train.py",  # ~185 s: the shared real CPU run (the learning self-test), its resume and export
+    "test_main_rehearsal.py",  # ~175 s
+    "test_cluster.py",  # ~120 s: two raylets, one real PPO step across them
+    "test_slurm_template.py",  # ~105 s: a one-node SLURM runs the template (CI starts munged first)
+    "test_train_path.py",  # ~65 s
+    "test_stop_training.py",  # ~55 s
+    "test_export_model.py",  # ~55 s
+    "test_tool_agent.py",  # ~50 s
+    "test_run_identity.py",  # ~45 s
+    "test_cpu_tool_train.py",  # ~45 s
+    "test_samples.py",  # ~30 s
     "test_docs_commands.py",
-    "test_samples.py",
-    "test_run_identity.py",
     "test_learning_signal.py",
-    "test_tool_agent.py",
+    "test_new_task.py",  # ~25 s: a dozen folders validated for real
+    "test_new_task_rehearsal.py",  # ~20 s: three rehearsals at once (one per new_task.py source)
+    "test_validate_data.py",
     "test_ray_mode.py",
+    "test_start_training.py",
+    "test_agent_rules.py",
+    "test_secrets.py",  # ~15 s: two rehearsals with an LLM judge whose tools look for the run's secrets
+    "test_run_scope.py",
+    "test_loopback.py",
+    "test_model_server.py",
+    "test_verl_parity.py",
 )
 
 

@@ -215,3 +215,17 @@ def test_an_llm_judge_gets_every_accepted_answer(tmp_path, monkeypatch):
         svc.stop()
     users = [r["messages"][1]["content"] for r in srv.requests]
     assert len(users) > 5 and all("<other_accepted_answers>\nParee\n</other_accepted_answers>" in u for u in users)
+
+
+def test_an_answer_asked_afresh_again_is_not_appended_twice(tmp_path):
+    """The audit asks every answer afresh: the same answer again leaves the cache file as it was."""
+    cache = tmp_path / "judge_cache.jsonl"
+    with JudgeServer(key="sk-test") as srv:
+        svc = judge_service.JudgeService(spec_for(srv.url), "sk-test", cache)
+        for _ in range(3):
+            assert svc.score("2+3?", "Answer: 5", "5", fresh=True)["reward"] == 1.0
+        again = judge_service.JudgeService(spec_for(srv.url), "sk-test", cache)
+        assert again.score("2+3?", "Answer: 5", "5", fresh=True)["cached"] is False and len(srv.requests) == 4
+        svc.close()
+        again.close()
+    assert len(cache.read_text().splitlines()) == 1

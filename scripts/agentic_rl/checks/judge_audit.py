@@ -251,7 +251,7 @@ def build_plans(samples: list[tuple[str, dict]], template: str, agent: dict, sch
             prompt = task.render_template(template, row)
         except (task.TemplateError, ValueError):
             prompt = ""
-        row_fmt = fmt or (answer_format([prompt]) if prompt else None)
+        row_fmt = row_format(template, system, prompt)
         turns = script.get(str(row.get("id")))
         scripted = oracle_turns.final_answer(turns) if turns else None
         if scripted is not None:

@@ -198,10 +198,10 @@ def list_truth(plans: list[dict], calls: list[dict]) -> list[Check]:
                   plans[i]["where"], {"rows": [plans[j]["where"] for j in lower]})]
 
 
-def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float, wrong: list[str] | None = None) -> dict | None:
+def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float, wrong: list[str]) -> dict | None:
     """How often the judge agrees with the labels on every answer the audit scored: it passes the oracle (a
-    reward above the middle of the range seen) and fails each wrong answer (the probes named in `wrong`:
-    every probe but the warn-only ones). None when there is no range to split.
+    reward above the middle of the range seen) and fails each wrong answer (the probes named in `wrong`, as
+    analyse picks them). None when there is no range to split.
 
     >>> a = agreement({0: {"oracle": 1.0, "empty": 0.0, "injection": 1.0}}, 0.0, 1.0, ["empty", "injection"])
     >>> a["accuracy"], a["wrong_rejected"], a["wrong_rows"], a["worst"], a["least"]
@@ -212,7 +212,7 @@ def agreement(rows: dict[int, dict[str, float]], lo: float, hi: float, wrong: li
     middle = lo + (hi - lo) / 2
     oracle = [k[ORACLE] for k in rows.values() if ORACLE in k]
     probes: dict[str, dict] = {}
-    for probe in (wrong if wrong is not None else [p for p in PROBES if p not in WARN_ONLY]):
+    for probe in wrong:
         scores = [k[probe] for k in rows.values() if probe in k]
         if scores:
             probes[probe] = {"rejected": sum(r <= middle for r in scores), "rows": len(scores)}

@@ -88,14 +88,8 @@ def score_rows(service, plans: list[dict], settings: dict, workers: int) -> list
                for n in range(max(1, min(workers, len(plans))))]
     for t in threads:
         t.start()
-    try:
-        for t in threads:
-            t.join()  # a signal's handler runs here, in the main thread
-    except BaseException:
-        close = getattr(service, "close", None)
-        if close is not None:
-            close()
-        raise
+    for t in threads:
+        t.join()  # a signal's handler runs here, in the main thread; the caller closes the service
     if failed:
         raise failed[0]
     return [call for calls in results for call in calls]

@@ -156,13 +156,16 @@ class Cache:
             return self.entries.get(key)
 
     def put(self, key: str, reward: float) -> None:
-        """Keep an answer (a reward outside [0, 1] or not finite is never kept) and append it to the file."""
+        """Keep an answer (a reward outside [0, 1] or not finite is never kept) and append it to the file, unless
+        the cache holds that answer already (the audit asks afresh what it may have asked before)."""
         if not valid_reward(reward):
             return
         with self._lock:
+            known = self.entries.get(key) == float(reward)
             self.entries[key] = float(reward)
             self.loaded.discard(key)
-        self._append(json.dumps({"key": key, "reward": float(reward)}) + "\n")
+        if not known:
+            self._append(json.dumps({"key": key, "reward": float(reward)}) + "\n")
 
     def confirm(self, key: str, reward: float) -> bool:
         """The judge answered `reward` afresh for key: False (and every answer read from the file dropped, a line

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 from agentic_rl import files
-from agentic_rl.runs import run_dir, run_status, step_cost
+from agentic_rl.runs import run_card, run_dir, run_status
 from conftest import run_script
 
 PHASES = {"generation": 5.0, "old_log_prob": 1.0, "ref_log_prob": 0.0, "actor_update": 3.0, "critic": 0.0,
@@ -57,4 +57,4 @@ def test_without_a_forecast_the_measured_steps_still_show(tmp_path):
                                                                "none": "a CPU run (--cpu-steps): no GPU forecast"})
     cost = run_status.collect(tmp_path)["cost"]
     assert cost["forecast"] is None and cost["measured"]["step_s"] == 14.0
-    assert step_cost.read_forecast(tmp_path, "another-run") is None
+    assert run_card.forecast_record(tmp_path, "another-run") is None

@@ -142,6 +142,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         {"processes": 0, "pids": []}
     start = run_health.parse_time(st.get("start_time"))
     end = run_health.parse_time(st.get("end_time"))
+    runtime = round((end or time.time()) - start) if start else None
     log = this_run(tail_lines(output_dir / run_dir.LOG_FILE, max(lines, 200)), st.get("run_id"))
     h = health(output_dir, st, log, state["alive"], reader)
     history, rehearsal, flags, recent = h["history"], h["rehearsal"], h["flags"], h["recent"]
@@ -149,8 +150,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
                if rehearsal else None)
     ckpts = checkpoints.checkpoint_steps(output_dir)
     ckpts.update(checkpoint_files.usable_steps(output_dir, st.get("resumed_from_step") if state["alive"] else None))
-    spent = step_cost.cost(history, st, step_cost.read_forecast(output_dir, st.get("run_id")),
-                           round((end or time.time()) - start) if start else None)
+    spent = step_cost.cost(history, st, run_card.forecast_record(output_dir, st.get("run_id")), runtime)
     if spent and spent.get("flag"):
         flags.append(spent["flag"])
     best = validation.best_checkpoint(output_dir, h["evals"], ckpts["usable"])
@@ -168,7 +168,7 @@ def collect(output_dir: Path, lines: int = 20, reader: metrics_reader.HistoryRea
         "status": status, "detail": detail, "alive": state["alive"], "why": None if state["alive"] else state.get("why"),
         "problem": problem, "hint": st.get("hint"), "process_state": proc_state,
         "run_id": st.get("run_id"), "mode": st.get("mode"), "cpu": st.get("cpu"), "pid": st.get("pid"),
-        "runtime_s": round((end or time.time()) - start) if start else None,
+        "runtime_s": runtime,
         "exit_code": st.get("exit_code"), "failed_component": st.get("failed_component"), "reason": st.get("reason"),
         "resources": resources, "gpu_memory": gpu_memory(resources.get("pids", [])),
         "checkpoint": ckpts["usable"], "checkpoints": ckpts, "best_step": best,

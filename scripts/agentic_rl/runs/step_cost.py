@@ -9,11 +9,8 @@ its own forecast by VERL's timing metrics.
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
-from agentic_rl.runs import run_dir
 from agentic_rl.runs.metrics_reader import series
 
 RECENT = 10  # the latest steps the measured step time is the median of
@@ -22,15 +19,6 @@ FAR = 1.5  # a median step below low / FAR or above high x FAR is far outside th
 PHASE_TIMINGS = {"generation": "timing_s/gen", "old_log_prob": "timing_s/old_log_prob", "ref_log_prob": "timing_s/ref",
                  "actor_update": "timing_s/update_actor", "critic": "timing_s/update_critic",
                  "checkpoint": "timing_s/save_checkpoint", "validation": "timing_s/testing"}
-
-
-def read_forecast(output_dir: Path, run_id: str | None) -> dict | None:
-    """O/forecast.json of this run: {run_id, forecast, none}, or None."""
-    try:
-        rec = json.loads((Path(output_dir) / run_dir.FORECAST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return rec if isinstance(rec, dict) and rec.get("run_id") == run_id else None
 
 
 def slowest_phase(forecast_phases: dict, measured: dict) -> tuple[str, str, float] | None:

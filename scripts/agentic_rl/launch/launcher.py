@@ -30,7 +30,7 @@ from agentic_rl import cli, files, llm_judge, task
 from agentic_rl.cli import EXIT_ENV, EXIT_FAIL, EXIT_OK, UserError
 from agentic_rl.launch import forecast_gate, preflight
 from agentic_rl.launch.launch_args import build_parser, check_args, ray_address
-from agentic_rl.runs import run_card, run_dir
+from agentic_rl.runs import run_card, run_dir, run_stop
 
 TRAINER_MODULES = ("verl", "agentlightning", "torch")
 START_WAIT_ENV = "ARL_START_WAIT_S"
@@ -263,9 +263,7 @@ def launch_locked(args, overrides: list[str], input_dir: Path, output_dir: Path,
     except BaseException:
         # No record, no run: the job still waits for EOF on the launch pipe, so it has done nothing yet.
         procs.signal_group(proc.pid, signal.SIGKILL)  # the job we just started, leader of its own session
-        deadline = time.monotonic() + 5
-        while not procs.gone(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        run_stop.wait_gone(proc.pid, 5)
         run_dir.abandon_launch(output_dir, proc.pid, run_id)
         raise
     finally:

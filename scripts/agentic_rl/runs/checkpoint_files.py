@@ -169,11 +169,11 @@ def intact_before(ckpt_dir: Path, step: int | None = None, full: bool = False) -
     return None
 
 
-def whole_steps(ckpt_dir: Path, tracked_only: bool = True) -> list[int]:
-    """The steps whose folders look whole (the quick check), newest first; tracked_only: only those the tracker
-    has reached (a folder past it is a save in progress or one that never finished)."""
-    tracked = checkpoints.read_tracker(ckpt_dir)[0] if tracked_only else None
-    steps = [s for s in checkpoints.step_folders(ckpt_dir) if not tracked_only or tracked is None or s <= tracked]
+def whole_steps(ckpt_dir: Path) -> list[int]:
+    """The steps whose folders look whole (the quick check), newest first, among those the tracker has reached
+    (a folder past it is a save in progress or one that never finished)."""
+    tracked = checkpoints.read_tracker(ckpt_dir)[0]
+    steps = [s for s in checkpoints.step_folders(ckpt_dir) if tracked is None or s <= tracked]
     return [s for s in reversed(steps) if not check(Path(ckpt_dir) / f"global_step_{s}")]
 
 

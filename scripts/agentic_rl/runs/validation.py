@@ -20,6 +20,7 @@ from pathlib import Path
 from agentic_rl.runs import checkpoint_files, checkpoints, metrics_reader
 
 Z95 = 1.96  # a 95 % band of a normal mean: what "within its noise" means for one evaluation
+SAME_EPS = 1e-9  # validation rewards closer than this are one value
 SAMPLES_MIN = 8  # fewer val samples of an evaluation than this: its spread is not estimated from them
 
 
@@ -106,7 +107,7 @@ def best_checkpoint(output_dir: Path, evals: list[dict], usable: int | None = No
     noise = math.hypot(best["se"] or 0.0, latest["se"] or 0.0) if best["se"] is not None else None
     within = None if noise is None else best["val_reward"] - latest["val_reward"] <= Z95 * noise
     values = [e["val_reward"] for e in candidates]
-    equal = len(candidates) > 1 and max(values) - min(values) <= 1e-9
+    equal = len(candidates) > 1 and max(values) - min(values) <= SAME_EPS
     why = (f"the highest validation reward ({best['val_reward']:.4g}"
            + (f" +- {best['se']:.2g} SE" if best["se"] is not None else "")
            + (f" over {best['rows']} rows" if best["rows"] else "")

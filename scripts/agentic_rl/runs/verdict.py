@@ -32,7 +32,7 @@ import statistics
 from agentic_rl.runs import learning_signal
 from agentic_rl.runs.metrics_reader import N_GROUPS, N_ZERO_ADV, from_end, key_union, recent
 from agentic_rl.runs.run_dir import TERMINAL_STATES
-from agentic_rl.runs.validation import Z95
+from agentic_rl.runs.validation import SAME_EPS, Z95
 
 LIVE = ("stop_diverged", "stop_stalled", "stop_collapsed", "stop_no_signal", "suspect_reward_hacking", "plateau")
 VERDICTS = ("continue", "finished", *LIVE)
@@ -49,7 +49,7 @@ NO_SIGNAL_STEPS = 10  # zero-variance groups on each of the last 10 steps: persi
 RISING_MIN = 4  # points a "reward rising" test needs
 RISING_WINDOW = 10  # ... over at most the last 10
 PLATEAU_K = 5  # validations that must fail to beat the best before them
-STUCK_EPS = 1e-9  # validation rewards closer than this are one value: a reward that never moved
+STUCK_EPS = SAME_EPS  # validation rewards that are one value: a reward that never moved
 TOOL_STEPS = 3  # train steps of samples without a tool call, after steps with some
 SAMPLES_MIN = 8
 

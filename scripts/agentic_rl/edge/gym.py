@@ -116,9 +116,3 @@ def scorer(name: str) -> Any:
     """The generator's own score_answer(answer, entry) -> float."""
     return module().get_score_answer_fn(name)
 
-
-def extract_answer(text: str) -> str | None:
-    """The gym's own answer extraction: the last <answer>...</answer>, stripped; None without one."""
-    from reasoning_gym.utils import extract_answer as extract
-
-    return extract(text)

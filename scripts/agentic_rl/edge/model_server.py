@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentic_rl.edge import procs
+from agentic_rl.edge import agl, procs
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2]
 CPU_MODULES = ("torch", "transformers", "fastapi", "uvicorn", "ray")  # what edge/cpu/serve.py imports
@@ -72,12 +71,6 @@ def vllm_cache_env(cache_root: Path) -> dict[str, str]:
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def log_tail(path: Path, chars: int = 3000) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")[-chars:]
@@ -103,7 +96,7 @@ def serving(kind: str, python: str, model_dir: str, name: str, log_path: Path, *
     log_path.parent.mkdir(parents=True, exist_ok=True)
     port_file = log_path.with_name(f"{log_path.stem}.port.json")
     port_file.unlink(missing_ok=True)
-    port = free_port() if kind == "vllm" else None
+    port = agl.free_port() if kind == "vllm" else None
     cmd = (vllm_command(python, model_dir, name, port, (*vllm_args, *tool_args)) if kind == "vllm"
            else cpu_command(python, model_dir, name, str(port_file), max_num_seqs, tool_args))
     child_env = {**os.environ, "PYTHONSAFEPATH": "1", "TOKENIZERS_PARALLELISM": "false", SERVED_FOR_ENV: served_for,
@@ -119,7 +112,9 @@ def serving(kind: str, python: str, model_dir: str, name: str, log_path: Path, *
         url = None
         while url is None:
             if kind == "vllm":
-                url = f"http://127.0.0.1:{port}/v1" if answers(f"http://127.0.0.1:{port}/v1") else None
+                # ours only when our process holds the port: another server may have taken it before vLLM bound it
+                answered = answers(f"http://127.0.0.1:{port}/v1") and procs.listens_on(proc.pid, port)
+                url = f"http://127.0.0.1:{port}/v1" if answered else None
             elif port_file.is_file():
                 url = json.loads(port_file.read_text(encoding="utf-8"))["url"]
             if url is None:

@@ -32,7 +32,7 @@ AGL_CONFIG_ENV = "ARL_AGL_CONFIG"
 SHIPPED_DEFAULTS = Path(__file__).resolve().parents[1] / "schemas" / "verl_defaults.json"
 
 
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     """A package's folder via find_spec, without importing it (importing verl costs ~8 s)."""
     try:
         spec = importlib.util.find_spec(name)
@@ -46,7 +46,7 @@ def _package_dir(name: str) -> Path | None:
 def find_verl_config_dir() -> Path | None:
     """VERL's `trainer/config` folder: the importable verl, else $ARL_VERL_CONFIG_DIR, else the bundle's .venv-verl."""
     candidates: list[Path] = []
-    pkg = _package_dir("verl")
+    pkg = package_dir("verl")
     if pkg is not None:
         candidates.append(pkg / "trainer" / "config")
     if os.environ.get(VERL_CONFIG_ENV):
@@ -63,7 +63,7 @@ def find_agl_config() -> Path | None:
     candidates: list[Path] = []
     if os.environ.get(AGL_CONFIG_ENV):
         candidates.append(Path(os.environ[AGL_CONFIG_ENV]).expanduser())
-    pkg = _package_dir("agentlightning")
+    pkg = package_dir("agentlightning")
     if pkg is not None:
         candidates.append(pkg / "verl" / "config.yaml")
     candidates += sorted(BUNDLE_DIR.glob(".venv/lib/python3.*/site-packages/agentlightning/verl/config.yaml"))

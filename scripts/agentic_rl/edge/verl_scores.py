@@ -33,9 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentic_rl.cli import EXIT_ENV, UserError
+from agentic_rl.cli import BUNDLE_DIR, EXIT_ENV, UserError
 
-BUNDLE_DIR = Path(__file__).resolve().parents[3]
 PACKAGE = "verl.utils.reward_score"
 INSTALL_HINT = ("`make verl-venv` builds the bundle's .venv-verl with VERL 0.8.0 (its scorers then serve every "
                 "Python of the bundle); on a GPU node `make install-train` installs VERL into .venv")
@@ -44,13 +43,9 @@ _loaded: dict[str, Any] = {}
 
 def verl_dir() -> Path | None:
     """VERL's package folder: the importable verl's, else the bundle's .venv-verl's; None when neither has one."""
-    candidates = []
-    try:
-        spec = importlib.util.find_spec("verl")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        candidates.append(Path(next(iter(spec.submodule_search_locations))))
+    from agentic_rl.edge import verl_config
+
+    candidates = [pkg] if (pkg := verl_config.package_dir("verl")) is not None else []
     candidates += sorted(BUNDLE_DIR.glob(".venv-verl/lib/python3.*/site-packages/verl"))
     return next((c for c in candidates if (c / "utils" / "reward_score" / "__init__.py").is_file()), None)
 

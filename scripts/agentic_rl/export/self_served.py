@@ -98,20 +98,12 @@ def base_model_dir(output_dir: Path) -> Path:
     return Path(base["path"])
 
 
-def has_gpu() -> bool:
-    from agentic_rl.edge import nvml
-
-    try:
-        return bool(nvml.read_gpus())
-    except nvml.NvmlUnavailable:
-        return False
-
-
 def choose_server() -> tuple[str, str, str]:
     """(kind, python, why): vLLM with a GPU and vllm, else the CPU rollout server."""
+    from agentic_rl.checks import placement
     from agentic_rl.edge import model_server, verl_merge
 
-    gpu = has_gpu()
+    gpu = placement.visible_gpus() > 0  # NVML's GPUs as CUDA_VISIBLE_DEVICES limits them
     if gpu:
         python, how = verl_merge.find_train_python(("vllm",))
         if python:

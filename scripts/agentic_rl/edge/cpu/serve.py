@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,9 +52,9 @@ async def serve(args: argparse.Namespace) -> None:
     host, port = await server.launch_server()
     line = json.dumps({"url": f"http://{host}:{port}/v1", "pid": os.getpid()})
     if args.port_file:
-        tmp = Path(f"{args.port_file}.tmp-{os.getpid()}")
-        tmp.write_text(line + "\n", encoding="utf-8")
-        tmp.replace(args.port_file)
+        from agentic_rl import files
+
+        files.atomic_write_text(args.port_file, line + "\n")
     print(line, flush=True)
     await server._serve  # uvicorn's task: it ends on SIGTERM/SIGINT (uvicorn handles both)
 

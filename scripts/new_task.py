@@ -162,9 +162,7 @@ def body(args) -> int:
         if value is not None and value < least:
             raise usage(f"{flag} {value}: it must be at least {least}")
     out = Path(args.out).expanduser().absolute()
-    if out.exists() or out.is_symlink():  # before any work: never into a folder that exists
-        raise UserError(f"{out} exists: new_task.py never writes into a folder that exists",
-                        "give a new folder's path with --out (or move that one away)", cli.EXIT_CONFLICT)
+    folder.refuse_existing(out)  # before any work, and again by write, just before it writes
     t, warnings = make(args)
     names = folder.write(t, out, args.model)
     data = folder.describe(t, out, names)

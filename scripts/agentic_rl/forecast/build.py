@@ -14,10 +14,12 @@ from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
 from agentic_rl.forecast import cost, gpus, model_shape, plan, task_tokens
 
 
-def model_folder(name: str | None, input_dir: Path, roots: list[Path] | None = None) -> Path:
-    """The model folder: --model, else agent.json's model_name; it needs a config.json (weights are not read)."""
-    agent = task.load_agent_config(input_dir) if name is None else {}
-    name = name or agent.get("model_name")
+def model_folder(name: str | None, input_dir: Path, roots: list[Path] | None = None, agent: dict | None = None) -> Path:
+    """The model folder: --model, else agent.json's model_name (agent: agent.json as read already); it needs a
+    config.json (weights are not read)."""
+    if name is None and agent is None:
+        agent = task.load_agent_config(input_dir)
+    name = name or (agent or {}).get("model_name")
     if not name:
         raise UserError(f"no model: {input_dir}/agent.json names no model_name", "pass --model NAME, or set it with "
                         "python scripts/check_model.py --model NAME --set-agent DIR", EXIT_USAGE)
@@ -29,7 +31,7 @@ def model_folder(name: str | None, input_dir: Path, roots: list[Path] | None = N
     return path
 
 
-def detect_gpus(cfg: dict, count: int) -> tuple[dict, list[int]]:
+def detect_gpus(count: int) -> tuple[dict, list[int]]:
     """The GPUs check_gpu would pick (one reading, its thresholds), else this host's first `count`: their
     figures by NVML's name. Raises UserError(EXIT_USAGE) without NVML."""
     from agentic_rl.checks import gpu_select
@@ -54,15 +56,14 @@ def detect_gpus(cfg: dict, count: int) -> tuple[dict, list[int]]:
 
 def make(input_dir: Path, *, config_file: str | None = None, overrides: list[str] | None = None,
          model: str | None = None, roots: list[Path] | None = None, gpu: dict | None = None,
-         gpu_count: int | None = None, price: float | None = None, output_dir: Path | None = None,
-         cpus: int | None = None) -> dict:
+         gpu_count: int | None = None, price: float | None = None, output_dir: Path | None = None) -> dict:
     overrides = overrides or []
     cfg_path = Path(config_file) if config_file else input_dir / "config.json"
     cfg = files.read_json_file(cfg_path) if cfg_path.is_file() else {}
     if not isinstance(cfg, dict):
         raise UserError(f"{cfg_path}: must be a JSON object", task.TASK_FILES["config.json"])
     agent = task.load_agent_config(input_dir)
-    folder = model_folder(model, input_dir, roots)
+    folder = model_folder(model, input_dir, roots, agent)
     try:
         shape = model_shape.shape(files.read_json_file(folder / "config.json"))
     except model_shape.ShapeError as exc:
@@ -73,7 +74,7 @@ def make(input_dir: Path, *, config_file: str | None = None, overrides: list[str
     n_gpus = gpu_count or per_node * nnodes
     picked = None
     if gpu is None:
-        gpu, picked = detect_gpus(cfg, min(n_gpus, per_node))
+        gpu, picked = detect_gpus(min(n_gpus, per_node))
     train, train_total = task_tokens.read_rows(input_dir / "train.jsonl")
     _, test_total = task_tokens.read_rows(input_dir / "test.jsonl", limit=1)
     counts, how = task_tokens.prompt_token_counts(folder, input_dir, train, agent)
@@ -87,7 +88,7 @@ def make(input_dir: Path, *, config_file: str | None = None, overrides: list[str
     tools = (input_dir / "tools.py").is_file() or bool(agent.get("mcp_servers"))
     from agentic_rl.edge import agl
 
-    cpus = cpus or os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
     rollouts = p["batch"] * p["n"]
     p["agents"] = {"processes": True, "cpus": cpus,
                    "concurrency": agl.controller_tuning(rollouts, cpus, rehearse=False)["maximum_size"]}

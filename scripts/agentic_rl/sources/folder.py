@@ -117,6 +117,13 @@ def readme(t: Task) -> str:
     return "\n".join(lines)
 
 
+def refuse_existing(out: Path) -> None:
+    """Never into a folder (or anything) that exists at out."""
+    if out.exists() or out.is_symlink():
+        raise UserError(f"{out} exists: new_task.py never writes into a folder that exists",
+                        "give a new folder's path with --out (or move that one away)", EXIT_CONFLICT)
+
+
 def write(t: Task, out: Path, model: str = DEFAULT_MODEL) -> list[str]:
     """Write the task folder into `out` (which must not exist); returns its file names."""
     if len(t.train) < BATCH:
@@ -124,9 +131,7 @@ def write(t: Task, out: Path, model: str = DEFAULT_MODEL) -> list[str]:
                         f"ask for more (--train {BATCH * 16}), or give a source with more rows", EXIT_USAGE)
     if not t.test:
         raise UserError("no test rows", "ask for some with --test M (M >= 1)", EXIT_USAGE)
-    if out.exists() or out.is_symlink():
-        raise UserError(f"{out} exists: new_task.py never writes into a folder that exists",
-                        "give a new folder's path with --out (or move that one away)", EXIT_CONFLICT)
+    refuse_existing(out)
     prompts = [task.render_template(t.template, row) for row in t.train + t.test]
     if t.system_prompt:
         prompts = [t.system_prompt + "\n" + p for p in prompts]

@@ -163,7 +163,7 @@ def render(data: dict) -> str:
     rows.append({"item": "checkpoint", "value": f"global_step_{data['checkpoint']}" if data["checkpoint"] else "none"})
     if data.get("best_step"):
         rows.append({"item": "best checkpoint", "value": validation.best_line(data["best_step"])})
-    rows += [{"item": "cost", "value": cost}] if (cost := step_cost.text(data.get("cost"))) else []
+    rows += [{"item": "cost", "value": step_cost.text(data["cost"])}] if step_cost.text(data.get("cost")) else []
     if data.get("budget"):
         b = data["budget"]
         rows.append({"item": "budget", "value": ", ".join(f"{k.replace('_', '-')} {v if not isinstance(v, list) else ','.join(v)}"

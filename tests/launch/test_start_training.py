@@ -104,6 +104,29 @@ def test_the_job_is_detached_from_whoever_started_it(example_task, tmp_path, run
     assert stop(out).returncode == 0
 
 
+def test_the_pid_the_starter_reports_already_leads_its_session(tmp_path):
+    """A launch that fails after the job started (no room for the launch record) kills the job's group at
+    once: the pid start_job returns must lead its session by then. A pid reported before the job's setsid
+    named no group yet, and the kill missed the job (a full-disk start once left one running)."""
+    import signal
+    import sys
+
+    read, write = os.pipe()
+    try:
+        for _ in range(10):
+            job = launcher.start_job([sys.executable, "-S", "-c", "import time; time.sleep(60)"], dict(os.environ),
+                                     tmp_path / "job.log", read, write)
+            try:
+                assert os.getpgid(job.pid) == job.pid == os.getsid(job.pid)
+                assert procs.signal_group(job.pid, signal.SIGKILL)
+            finally:
+                procs.signal_pid(job.pid, signal.SIGKILL)  # no-op once the group kill took it
+            wait_for(lambda: procs.gone(job.pid), "the killed job to go")
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 def test_a_job_that_dies_at_once_is_reported_with_its_log(example_task, tmp_path, runs):
     (example_task / "test.jsonl").unlink()
     out = tmp_path / "evo-out"  # no --output-dir: $EVO_OUTPUT_DIR

@@ -97,14 +97,15 @@ def job_env(run_id: str, gpus: list[int] | None, lock_fd: int, launch_fd: int, o
 # A parent that forks the job and exits at once: the job is nobody's child here (the kernel hands it to init, or
 # the nearest subreaper), so neither this launcher nor the shell that started it, whose environment holds what
 # the user exported (an LLM judge's API key among it), is ever an ancestor of a rollout's tools.
+# The grandchild reports its pid only once it leads its own session: a pid read before its setsid would
+# name no process group yet, and killing the group of a launch that failed would miss it.
 DETACH = ("import os, sys\n"
           "w = int(sys.argv[1])\n"
-          "pid = os.fork()\n"
-          "if pid == 0:\n"
-          "    os.close(w)\n"
+          "if os.fork() == 0:\n"
           "    os.setsid()\n"
+          "    os.write(w, str(os.getpid()).encode())\n"
+          "    os.close(w)\n"
           "    os.execv(sys.argv[2], sys.argv[2:])\n"
-          "os.write(w, str(pid).encode())\n"
           "os._exit(0)\n")
 
 

@@ -121,7 +121,7 @@ def test_the_pid_the_starter_reports_already_leads_its_session(tmp_path):
                 assert procs.signal_group(job.pid, signal.SIGKILL)
             finally:
                 procs.signal_pid(job.pid, signal.SIGKILL)  # no-op once the group kill took it
-            wait_for(lambda: procs.gone(job.pid), "the killed job to go")
+            wait_for(lambda pid=job.pid: procs.gone(pid), "the killed job to go")
     finally:
         os.close(read)
         os.close(write)

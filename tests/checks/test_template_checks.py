@@ -11,6 +11,8 @@ import pytest
 import tiny_tokenizer
 import validate_data
 from agentic_rl.checks import agent_rules, task_checks, template_checks
+from agentic_rl.cli import UserError
+from agentic_rl.launch import preflight
 from conftest import ROOT, copy_example, run_script
 from make_tiny_model import make_tiny_model
 
@@ -162,3 +164,14 @@ def test_validate_data_and_the_start_refuse_a_template_and_parser_that_disagree(
     checks, data = task_checks.validate(task, sample=0, oracle=task / "oracle.jsonl")
     assert not [c for c in checks if c.status == "fail"], [c for c in checks if c.status == "fail"]
     assert data["template"]["tool_call"]["parser"] == "hermes"
+
+
+def test_the_start_reads_an_override_that_turns_tool_parsing_off_as_off(tmp_path):
+    """`enable_auto_tool_choice=false` on the command line is False (as Hydra reads it), not a true string: no
+    tool calls are parsed, so a parser that disagrees with the template refuses nothing."""
+    task, cfg = tool_task(tmp_path)
+    wrong = f"{agent_rules.PARSER_KEY}=llama3_json"
+    with pytest.raises(UserError, match="llama3_json do not agree"):
+        preflight.check_template_parser(task, cfg, [wrong])
+    for off in ("false", "False"):
+        preflight.check_template_parser(task, cfg, [wrong, f"{agent_rules.AUTO_TOOL_KEY}={off}"])

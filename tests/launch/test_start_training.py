@@ -311,11 +311,15 @@ def test_default_output_dir_is_next_to_the_input(example_task, tmp_path):
 
 
 def test_resume_setting_follows_the_overrides():
-    assert preflight.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == "-1"
+    assert preflight.setting({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq") == -1
     assert preflight.gpus_needed({}, ["+trainer.n_gpus_per_node=2"], "config.json") == 2
     assert preflight.gpus_needed({"trainer": {"n_gpus_per_node": 4}}, [], "config.json") == 4
-    with pytest.raises(cli.UserError, match="n_gpus_per_node"):
-        preflight.gpus_needed({"trainer": {"n_gpus_per_node": 0}}, [], "config.json")
+    for bad in ({"trainer": {"n_gpus_per_node": 0}}, {"trainer": {"n_gpus_per_node": 1.5}}):
+        with pytest.raises(cli.UserError, match="n_gpus_per_node"):
+            preflight.gpus_needed(bad, [], "config.json")
+    for bad in ("true", "2.5"):
+        with pytest.raises(cli.UserError, match="n_gpus_per_node"):
+            preflight.gpus_needed({}, [f"trainer.n_gpus_per_node={bad}"], "config.json")
 
 
 def test_launcher_picks_free_gpus_in_process_through_nvml(tmp_path, monkeypatch, capsys):

@@ -194,6 +194,16 @@ def override_value(overrides: list[str], key: str) -> str | None:
     return value
 
 
+def run_value(cfg: dict, overrides: list[str], key: str) -> Any:
+    """The value a run uses: the last `--` override, read as Hydra reads a literal, else effective's.
+
+    >>> run_value({"trainer": {"save_freq": 5}}, ["trainer.save_freq=-1"], "trainer.save_freq")
+    -1
+    """
+    raw = override_value(overrides, key)
+    return _literal(raw) if raw is not None else effective(cfg, key)
+
+
 def explicit(user_cfg: dict, overrides: list[str], key: str) -> bool:
     """Whether the user set key: a non-null value in config.json, or any `--` override naming it."""
     node: Any = user_cfg

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from agentic_rl import cli, files, task
-from agentic_rl.checks import model_files
+from agentic_rl.checks import config_values, model_files
 from agentic_rl.cli import EXIT_ENV, EXIT_USAGE, UserError
 from agentic_rl.forecast import cost, gpus, model_shape, plan, task_tokens
 
@@ -69,8 +69,8 @@ def make(input_dir: Path, *, config_file: str | None = None, overrides: list[str
     except model_shape.ShapeError as exc:
         raise UserError(f"{folder / 'config.json'}: {exc}", "the forecast needs the model's layer, head, hidden and "
                         "vocabulary sizes", cli.EXIT_FAIL) from None
-    nnodes = max(1, plan._int(plan.setting(cfg, overrides, "trainer.nnodes"), 1))
-    per_node = max(1, plan._int(plan.setting(cfg, overrides, "trainer.n_gpus_per_node"), 1))
+    nnodes = max(1, plan._int(config_values.run_value(cfg, overrides, "trainer.nnodes"), 1))
+    per_node = max(1, plan._int(config_values.run_value(cfg, overrides, "trainer.n_gpus_per_node"), 1))
     n_gpus = gpu_count or per_node * nnodes
     picked = None
     if gpu is None:

@@ -18,12 +18,6 @@ from agentic_rl.runs import run_dir
 A = "actor_rollout_ref."
 
 
-def setting(cfg: dict, overrides: list[str], key: str):
-    """The value the run uses: the last `--` override (read as Hydra would a literal), else config_values'."""
-    raw = config_values.override_value(overrides, key)
-    return config_values._literal(raw) if raw is not None else config_values.effective(cfg, key)
-
-
 def _int(value, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
@@ -31,11 +25,11 @@ def _int(value, default: int) -> int:
 def from_config(cfg: dict, overrides: list[str], train_rows: int, test_rows: int, n_gpus: int, nnodes: int) -> dict:
     """The plan the cost model prices: batch, rollout.n, lengths, steps, the passes the config asks for."""
     def get(key, default=None):
-        value = setting(cfg, overrides, key)
+        value = config_values.run_value(cfg, overrides, key)
         return default if value is None or value == config_values.MISSING else value
 
     _, batch = config_values.dataloader_batch(cfg)
-    batch = _int(setting(cfg, overrides, "data.train_batch_size"), batch or 1)
+    batch = _int(config_values.run_value(cfg, overrides, "data.train_batch_size"), batch or 1)
     steps = config_values.training_steps(train_rows, batch, _int(get("trainer.total_epochs"), 1),
                                          get("trainer.total_training_steps"))
     estimator = get("algorithm.adv_estimator", "gae")

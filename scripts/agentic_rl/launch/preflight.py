@@ -105,19 +105,18 @@ def load_user_config(input_dir: Path, config_file: str | None) -> tuple[Path, di
 
 
 def setting(cfg: dict, overrides: list[str], dotted: str) -> object:
-    """The value a run will use: the last `--` override, else config_values.effective (the user's value,
-    else Agent Lightning's or VERL 0.8.0's default)."""
+    """The value a run will use (config_values.run_value): the last `--` override as a typed literal (`false`
+    is False, not a true string), else the user's value, else Agent Lightning's or VERL 0.8.0's default."""
     from agentic_rl.checks import config_values
 
-    raw = config_values.override_value(overrides, dotted)
-    return raw if raw is not None else config_values.effective(cfg, dotted)
+    return config_values.run_value(cfg, overrides, dotted)
 
 
 
 def gpus_needed(cfg: dict, overrides: list[str], source: str) -> int:
     raw = setting(cfg, overrides, GPU_KEY)
     try:
-        n = int(raw)
+        n = 0 if isinstance(raw, (bool, float)) else int(raw)  # true or 2.5 is no GPU count
     except (TypeError, ValueError):
         n = 0
     if n < 1:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 from agentic_rl import files
 from agentic_rl.edge import fit_budget
-from agentic_rl.launch import budget, launcher, oracle_server
+from agentic_rl.launch import budget, launcher, oracle_server, training_job
 from agentic_rl.runs import run_dir
 from rehearsal_runs import assert_run_gone, cut_rows, launch, log_text, wait_done
 
@@ -134,3 +136,37 @@ def test_a_rehearsal_stops_at_max_hours(example_task, tmp_path, run_folders):
     assert st["reason"].startswith("budget: --max-hours 0.0005 spent") and st["budget"]["max_hours"] == 0.0005
     assert (st["rollout_failures"] or {}).get("succeeded", 0) < 6  # it did not run to its end
     assert_run_gone(st)
+
+
+def test_a_stop_that_a_library_swallows_is_sent_again_until_the_main_thread_takes_it():
+    """The watchdog's SIGUSR1 raises Interrupted in the main thread wherever it is; code there that catches
+    everything (user code, a library) loses it, and the run once went on to its end past --max-hours. The
+    watchdog sends it again until execute() has taken an exception (Run.ended)."""
+    run = SimpleNamespace(ended=False, stopping=False)
+
+    def on_signal(signum, _frame):  # as Run._on_signal
+        if run.stopping:
+            return
+        run.stopping = True
+        raise training_job.Interrupted(signum)
+
+    before = signal.signal(signal.SIGUSR1, on_signal)
+    swallowed, taken = 0, None
+    watchdog = threading.Thread(target=lambda: (time.sleep(0.2), training_job.Run.interrupt_main(run)), daemon=True)
+    try:
+        watchdog.start()
+        deadline = time.monotonic() + 20
+        while taken is None and time.monotonic() < deadline:
+            try:
+                time.sleep(0.01)  # the main thread's ordinary work
+            except training_job.Interrupted as exc:
+                if swallowed == 0:  # a broad except in a library: the first stop is lost
+                    swallowed += 1
+                    continue
+                taken = exc
+        run.ended = True  # execute() took it
+        watchdog.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert swallowed == 1 and taken is not None and taken.signum == signal.SIGUSR1
+    assert not watchdog.is_alive(), "the watchdog went on signalling after the stop was taken"

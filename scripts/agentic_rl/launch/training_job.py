@@ -62,6 +62,7 @@ from agentic_rl.launch.job_process import (
 from agentic_rl.runs import attempts, checkpoint_files, failures, learning_signal, run_card, run_dir, samples
 
 Failure = job_config.Failure
+RESIGNAL_S = 1.0  # the watchdog's stop, sent again this often until the main thread takes it
 
 
 class Interrupted(BaseException):
@@ -94,6 +95,7 @@ class Run:
         self.judge_audit: dict | None = None
         self.ray_started = False
         self.stopping = False
+        self.ended = False  # execute() has taken prepare_and_run's end (its exception or its return)
         self.service_failure: Failure | None = None
         self.budget = budget.JobBudget(self.output_dir, self.run_id, args.max_hours, args.max_steps, args.stop_on)
         self.budget_stop: str | None = None  # the job stops itself: the budget is spent, no step ended in time
@@ -121,26 +123,34 @@ class Run:
             gone = run_dir.folder_problem(self.output_dir)
             if gone:  # stop before the trainer or a sample lands in a folder that is not ours any more
                 self.service_failure = Failure("output_dir", f"{gone}: the run stopped and wrote nothing more there")
-                procs.signal_self(signal.SIGUSR1)
-                return
+                return self.interrupt_main()
             if run_dir.reserve_spent(self.output_dir):  # the disk is full: nothing more can be saved
                 self.service_failure = Failure("disk", run_dir.DISK_FILLED)
-                procs.signal_self(signal.SIGUSR1)
-                return
+                return self.interrupt_main()
             for svc in (self.gateway, self.controller, self.mcp, self.judge):
                 if svc is not None and svc.proc.poll() is not None and not self.stopping:
                     self.service_failure = Failure(svc.name, svc.exited_message()[:400])
-                    procs.signal_self(signal.SIGUSR1)
-                    return
+                    return self.interrupt_main()
             if self.manifests is not None:
                 self.manifests.poll()  # VERL finished a save: record its files' sizes and hashes
             if self.budget.active and self.gateway is not None and not self.stopping:
                 reason = self.budget.watch(self.mode)
                 if reason:
                     self.budget_stop = reason
-                    procs.signal_self(signal.SIGUSR1)
-                    return
+                    return self.interrupt_main()
             time.sleep(0.5)
+        return None
+
+    def interrupt_main(self) -> None:
+        """SIGUSR1 to this process, whose handler raises Interrupted in the main thread; again each
+        RESIGNAL_S until execute() has taken an exception. Raised where a library swallows it, the stop was
+        lost and the run went on to its end (a budget-stopped rehearsal once completed)."""
+        while not self.ended:
+            procs.signal_self(signal.SIGUSR1)
+            time.sleep(RESIGNAL_S)
+            if not self.ended:
+                log(f"the watchdog's stop did not reach the main thread in {RESIGNAL_S:g} s: sent again")
+                self.stopping = False  # the handler raises again (it ignores signals once the run is stopping)
 
     def end_adopted(self) -> None:
         """What an ended rollout left behind and the kernel handed to the job (a child subreaper): ended now,
@@ -175,7 +185,7 @@ class Run:
         except BaseException as exc:
             self.stopping = True  # first: from here on a signal no longer raises, shutdown runs in order
             outcome = exc
-        self.stopping = True
+        self.stopping = self.ended = True
         if self.manifests is not None and not run_dir.folder_problem(self.output_dir):
             self.manifests.finish()  # the last save: the run may have ended right after it
         code, final = self.outcome(outcome)

@@ -256,7 +256,7 @@ def body(args):
         stop_inside_a_callback()
         return 0
     run = object.__new__(training_job.Run)
-    run.stopping = False
+    run.stopping = run.ended = False
     run.arm_signals()
     try:
         stop_inside_a_callback()

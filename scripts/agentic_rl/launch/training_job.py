@@ -109,7 +109,7 @@ class Run:
     # -- signals and the watchdog
 
     def _on_signal(self, signum, _frame) -> None:
-        if self.stopping:
+        if self.stopping or self.ended:
             return  # a second signal while we shut down: keep shutting down in order
         self.stopping = True
         raise Interrupted(signum)
@@ -183,7 +183,9 @@ class Run:
         try:
             self.prepare_and_run()
         except BaseException as exc:
-            self.stopping = True  # first: from here on a signal no longer raises, shutdown runs in order
+            # First: from here on a signal no longer raises (not even the watchdog's re-sent stop, whose reset
+            # of stopping may land after this line), and shutdown runs in order.
+            self.stopping = self.ended = True
             outcome = exc
         self.stopping = self.ended = True
         if self.manifests is not None and not run_dir.folder_problem(self.output_dir):
